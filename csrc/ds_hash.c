@@ -1,0 +1,93 @@
+#include "ds_hash.h"
+
+#include <string.h>
+
+static inline uint64_t rotl(uint64_t x, int b) { return (x << b) | (x >> (64 - b)); }
+
+static inline uint64_t load_le64(const uint8_t *p)
+{
+    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 |
+           (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 | (uint64_t)p[7] << 56;
+}
+
+static inline void store_le64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+#define SIPROUND                                                                                   \
+    do {                                                                                           \
+        v0 += v1; v1 = rotl(v1, 13); v1 ^= v0; v0 = rotl(v0, 32);                                  \
+        v2 += v3; v3 = rotl(v3, 16); v3 ^= v2;                                                     \
+        v0 += v3; v3 = rotl(v3, 21); v3 ^= v0;                                                     \
+        v2 += v1; v1 = rotl(v1, 17); v1 ^= v2; v2 = rotl(v2, 32);                                  \
+    } while (0)
+
+void ds_hash_key_init(ds_hash_key *key, const uint8_t secret[16])
+{
+    key->k0 = load_le64(secret);
+    key->k1 = load_le64(secret + 8);
+}
+
+/* One body for both output widths: wide selects the 128-bit finalisation. */
+static void siphash(const ds_hash_key *key, const uint8_t *in, size_t len, int wide, uint8_t *out)
+{
+    uint64_t v0 = 0x736f6d6570736575ULL ^ key->k0;
+    uint64_t v1 = 0x646f72616e646f6dULL ^ key->k1;
+    uint64_t v2 = 0x6c7967656e657261ULL ^ key->k0;
+    uint64_t v3 = 0x7465646279746573ULL ^ key->k1;
+    const uint8_t *end = in + len - (len % 8);
+    uint64_t b = ((uint64_t)len) << 56;
+    uint64_t m;
+
+    if (wide)
+        v1 ^= 0xee;
+    for (; in != end; in += 8) {
+        m = load_le64(in);
+        v3 ^= m;
+        SIPROUND;
+        SIPROUND;
+        v0 ^= m;
+    }
+    switch (len & 7) {
+    case 7: b |= ((uint64_t)in[6]) << 48; /* fall through */
+    case 6: b |= ((uint64_t)in[5]) << 40; /* fall through */
+    case 5: b |= ((uint64_t)in[4]) << 32; /* fall through */
+    case 4: b |= ((uint64_t)in[3]) << 24; /* fall through */
+    case 3: b |= ((uint64_t)in[2]) << 16; /* fall through */
+    case 2: b |= ((uint64_t)in[1]) << 8;  /* fall through */
+    case 1: b |= ((uint64_t)in[0]); break;
+    case 0: break;
+    }
+    v3 ^= b;
+    SIPROUND;
+    SIPROUND;
+    v0 ^= b;
+    v2 ^= wide ? 0xee : 0xff;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    store_le64(out, v0 ^ v1 ^ v2 ^ v3);
+    if (!wide)
+        return;
+    v1 ^= 0xdd;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    store_le64(out + 8, v0 ^ v1 ^ v2 ^ v3);
+}
+
+void ds_siphash128(const ds_hash_key *key, const void *data, size_t len, uint8_t out[16])
+{
+    siphash(key, (const uint8_t *)data, len, 1, out);
+}
+
+uint64_t ds_siphash64(const ds_hash_key *key, const void *data, size_t len)
+{
+    uint8_t out[8];
+    siphash(key, (const uint8_t *)data, len, 0, out);
+    return load_le64(out);
+}

@@ -1,0 +1,34 @@
+/* Keyed SipHash-2-4 with a 128-bit output: the only hash whose values reach disk.
+ *
+ * Every store has its own 16-byte secret (docs/format.md), so neither intent
+ * digests nor partition routing can be steered by crafted keys or intents: a
+ * collision would turn a conflicting intent into a DUPLICATE, which is the one
+ * verdict we must never get wrong silently.
+ */
+#ifndef DS_HASH_H
+#define DS_HASH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    uint64_t k0, k1;
+} ds_hash_key;
+
+/* Load a 16-byte secret (little-endian halves, as in the SipHash paper). */
+void ds_hash_key_init(ds_hash_key *key, const uint8_t secret[16]);
+
+/* SipHash-2-4, 128-bit output variant, written little-endian into out. */
+void ds_siphash128(const ds_hash_key *key, const void *data, size_t len, uint8_t out[16]);
+
+/* SipHash-2-4, 64-bit output variant. */
+uint64_t ds_siphash64(const ds_hash_key *key, const void *data, size_t len);
+
+/* Map a hash onto [0, n) by multiply-shift of its high 32 bits (no division,
+ * no modulo bias worth caring about for the partition counts we allow). */
+static inline uint32_t ds_reduce(uint64_t h, uint32_t n)
+{
+    return (uint32_t)(((h >> 32) * (uint64_t)n) >> 32);
+}
+
+#endif

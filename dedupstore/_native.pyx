@@ -1,0 +1,542 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, auto_pickle=False, autotestdict=False
+"""The native hot path: canonical intents, keyed hashing, and claim/complete/
+release/renew decided against LMDB records inside the caller's transaction.
+
+The decision table and the record codec are plain C in csrc/; this module is the
+glue that walks Python objects, builds LMDB keys and calls py-lmdb. Each public
+function here does one whole step of a request (probe every live generation,
+decide, write) so a claim crosses the Python/native boundary once per transaction.
+"""
+
+import math
+import os
+from collections.abc import Mapping
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcpy, memset
+
+from .errors import InvalidIntentError, InvalidKeyError, StoreFormatError
+
+NEW = DS_NEW
+DUPLICATE = DS_DUPLICATE
+CONFLICT = DS_CONFLICT
+IN_PROGRESS = DS_IN_PROGRESS
+UNKNOWN = DS_UNKNOWN
+BEYOND_HORIZON = DS_BEYOND_HORIZON
+
+OP_APPLY = DS_OP_APPLY
+OP_NOOP = DS_OP_NOOP
+OP_LEASE_LOST = DS_OP_LEASE_LOST
+OP_OUTCOME_DIFFERS = DS_OP_OUTCOME_DIFFERS
+
+STATE_PENDING = DS_STATE_PENDING
+STATE_COMPLETED = DS_STATE_COMPLETED
+RECORD_VERSION = DS_RECORD_VERSION
+NO_TIME = DS_NO_TIME
+
+#: Generation number reserved for unresolved records moved out of evicted generations.
+PINNED_GEN = 0xFFFFFFFF
+
+cdef enum:
+    C_MAX_KEY_BYTES = 400
+    C_MAX_INTENT_BYTES = 65536
+    C_MAX_INTENT_DEPTH = 32
+    # Bytes in front of the business key in an LMDB key: namespace id (2) + generation (4).
+    C_KEY_PREFIX_BYTES = 6
+
+MAX_KEY_BYTES = C_MAX_KEY_BYTES
+MAX_INTENT_BYTES = C_MAX_INTENT_BYTES
+MAX_INTENT_DEPTH = C_MAX_INTENT_DEPTH
+KEY_PREFIX_BYTES = C_KEY_PREFIX_BYTES
+
+cdef uint64_t _token_state = 0
+
+
+def reseed_tokens() -> None:
+    """Start a fresh token sequence (at import, and in a forked child)."""
+    global _token_state
+    _token_state = int.from_bytes(os.urandom(8), "little")
+
+
+reseed_tokens()
+os.register_at_fork(after_in_child=reseed_tokens)
+
+
+def next_token() -> int:
+    return ds_next_token(&_token_state)
+
+
+cdef class Hasher:
+    """The store's keyed SipHash-2-4 (its 16-byte secret lives in the store's meta)."""
+
+    cdef ds_hash_key key
+
+    def __init__(self, bytes secret):
+        if PyBytes_GET_SIZE(secret) != 16:
+            raise ValueError("a hasher secret is exactly 16 bytes")
+        ds_hash_key_init(&self.key, <const uint8_t *>PyBytes_AS_STRING(secret))
+
+    def digest(self, bytes data) -> bytes:
+        """128-bit keyed digest of ``data``."""
+        cdef bytes out = PyBytes_FromStringAndSize(NULL, 16)
+        ds_siphash128(&self.key, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), <uint8_t *>PyBytes_AS_STRING(out))
+        return out
+
+    def hash64(self, bytes data) -> int:
+        return ds_siphash64(&self.key, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
+
+    def route(self, bytes ns_prefix, bytes key, uint32_t partitions) -> int:
+        """The partition of (namespace, key): keyed, so keys cannot be crafted to pile onto one."""
+        cdef char buf[2 + C_MAX_KEY_BYTES]
+        cdef Py_ssize_t klen = PyBytes_GET_SIZE(key)
+        if klen > C_MAX_KEY_BYTES or PyBytes_GET_SIZE(ns_prefix) != 2:
+            raise ValueError("route() takes a 2-byte namespace prefix and a checked key")
+        memcpy(buf, PyBytes_AS_STRING(ns_prefix), 2)
+        memcpy(buf + 2, PyBytes_AS_STRING(key), klen)
+        return ds_reduce(ds_siphash64(&self.key, buf, 2 + klen), partitions)
+
+    def intent_digest(self, object intent, tuple fields=None):
+        """The stored digest of ``intent``, or None for "no intent check"."""
+        cdef bytes canon = canonical_intent(intent, fields)
+        if canon is None:
+            return None
+        return self.digest(canon)
+
+
+def key_bytes(object key) -> bytes:
+    """The key as bytes, checked against the 1..400-byte limit."""
+    cdef bytes kb
+    if type(key) is bytes:
+        kb = <bytes>key
+    elif isinstance(key, str):
+        try:
+            kb = (<str>key).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidKeyError(f"key must be valid UTF-8 text: {exc.reason}") from None
+    elif isinstance(key, (bytes, bytearray, memoryview)):
+        kb = bytes(key)
+    else:
+        raise InvalidKeyError(f"key must be bytes or str (1..{MAX_KEY_BYTES} bytes); got {type(key).__name__}")
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(kb)
+    if n < 1 or n > MAX_KEY_BYTES:
+        raise InvalidKeyError(f"key must be 1..{MAX_KEY_BYTES} bytes; got {n} bytes")
+    return kb
+
+
+# ---------------------------------------------------------------------------
+# Canonical intent (docs/format.md, "Canonical intent")
+
+
+cdef int _check(ds_buf *b, int rc) except -1:
+    if rc == DS_BUF_OK:
+        return 0
+    if rc == DS_BUF_TOO_LARGE:
+        raise InvalidIntentError(f"canonical intent must be at most {MAX_INTENT_BYTES} bytes")
+    raise MemoryError()
+
+
+cdef int _put_ascii(ds_buf *b, str text) except -1:
+    cdef bytes raw = text.encode("ascii")
+    return _check(b, ds_buf_put(b, PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw)))
+
+
+cdef int _put_string(ds_buf *b, str text) except -1:
+    cdef bytes raw
+    try:
+        raw = text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidIntentError(f"intent strings must be valid UTF-8 text: {exc.reason}") from None
+    return _check(b, ds_buf_put_json_string(b, <const uint8_t *>PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw)))
+
+
+cdef int _canon(ds_buf *b, object o, int depth) except -1:
+    cdef Py_ssize_t i
+    if depth > MAX_INTENT_DEPTH:
+        raise InvalidIntentError(f"intent nesting must be at most {MAX_INTENT_DEPTH} levels deep")
+    if o is None:
+        return _check(b, ds_buf_put(b, b"null", 4))
+    if o is True:
+        return _check(b, ds_buf_put(b, b"true", 4))
+    if o is False:
+        return _check(b, ds_buf_put(b, b"false", 5))
+    if isinstance(o, str):
+        return _put_string(b, <str>o)
+    if isinstance(o, int):
+        # int.__repr__, not str(): an IntEnum member must canonicalise as its value.
+        return _put_ascii(b, int.__repr__(o))
+    if isinstance(o, float):
+        if not math.isfinite(o):
+            raise InvalidIntentError(f"intent numbers must be finite (NaN and infinities are rejected); got {o!r}")
+        # 100.0 and 100 are the same amount: integral floats within the exact
+        # range of a double are written as integers.
+        if (<float>o).is_integer() and abs(o) < 9007199254740992.0:
+            return _put_ascii(b, int.__repr__(int(o)))
+        return _put_ascii(b, float.__repr__(o))
+    if isinstance(o, (dict, Mapping)):
+        _check(b, ds_buf_put_byte(b, ord("{")))
+        keys = list(o.keys())
+        for k in keys:
+            if not isinstance(k, str):
+                raise InvalidIntentError(f"intent mapping keys must be str; got {type(k).__name__}")
+        keys.sort()
+        for i in range(len(keys)):
+            if i:
+                _check(b, ds_buf_put_byte(b, ord(",")))
+            _put_string(b, keys[i])
+            _check(b, ds_buf_put_byte(b, ord(":")))
+            _canon(b, o[keys[i]], depth + 1)
+        return _check(b, ds_buf_put_byte(b, ord("}")))
+    if isinstance(o, list):
+        _check(b, ds_buf_put_byte(b, ord("[")))
+        for i in range(len(o)):
+            if i:
+                _check(b, ds_buf_put_byte(b, ord(",")))
+            _canon(b, o[i], depth + 1)
+        return _check(b, ds_buf_put_byte(b, ord("]")))
+    raise InvalidIntentError(
+        f"intent values must be str, int, float, bool, None, list or dict; got {type(o).__name__}"
+    )
+
+
+def canonical_intent(object intent, tuple fields=None):
+    """The canonical bytes of ``intent`` (tag byte first), or None for "no check".
+
+    ``bytes`` are taken as is and ``str`` as UTF-8 (tag 0); a mapping or list is
+    canonical JSON (tag 1): sorted keys, no whitespace, UTF-8. With ``fields``,
+    only those top-level fields of a mapping count.
+    """
+    cdef ds_buf b
+    cdef uint8_t tag
+    if intent is None:
+        return None
+    if isinstance(intent, (bytes, bytearray, memoryview)):
+        raw = bytes(intent)
+        if len(raw) > MAX_INTENT_BYTES - 1:
+            raise InvalidIntentError(f"canonical intent must be at most {MAX_INTENT_BYTES} bytes")
+        return b"\x00" + raw
+    if isinstance(intent, str):
+        try:
+            raw = (<str>intent).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidIntentError(f"intent must be valid UTF-8 text: {exc.reason}") from None
+        if len(raw) > MAX_INTENT_BYTES - 1:
+            raise InvalidIntentError(f"canonical intent must be at most {MAX_INTENT_BYTES} bytes")
+        return b"\x00" + raw
+    if isinstance(intent, (dict, Mapping)):
+        if fields is not None:
+            intent = {f: intent[f] for f in fields if f in intent}
+    elif not isinstance(intent, list):
+        raise InvalidIntentError(
+            f"intent must be bytes, str, a mapping, a list or None; got {type(intent).__name__}"
+        )
+    ds_buf_init(&b, MAX_INTENT_BYTES)
+    try:
+        tag = DS_CANON_TAG_STRUCTURED
+        _check(&b, ds_buf_put(&b, &tag, 1))
+        _canon(&b, intent, 1)
+        return PyBytes_FromStringAndSize(<char *>b.data, b.len)
+    finally:
+        ds_buf_free(&b)
+
+
+# ---------------------------------------------------------------------------
+# Records
+
+
+cdef int _decode(object raw, ds_record *rec) except -1:
+    cdef int rc = ds_record_decode(<const uint8_t *>PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw), rec)
+    if rc == DS_REC_OK:
+        return 0
+    if rc == DS_REC_VERSION:
+        raise StoreFormatError(
+            f"record format version {(<bytes>raw)[0]} is not one this dedupstore reads "
+            f"(it reads version {DS_RECORD_VERSION}); refusing to guess"
+        )
+    raise StoreFormatError("a stored record is corrupt (its lengths do not match its size)")
+
+
+cdef bytes _encode(const ds_record *rec):
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, ds_record_size(rec))
+    ds_record_encode(rec, <uint8_t *>PyBytes_AS_STRING(out))
+    return out
+
+
+def decode_record(bytes raw) -> tuple:
+    """(state, flags, attempts, first_seen, until, token, intent, event_time,
+    other_events, claimant, event_id, outcome) of a stored record."""
+    cdef ds_record r
+    _decode(raw, &r)
+    return (
+        r.state, r.flags, r.attempts, r.first_seen, r.until, r.token,
+        PyBytes_FromStringAndSize(<char *>r.intent, 16) if r.flags & DS_F_INTENT else None,
+        r.event_time, r.other_events,
+        PyBytes_FromStringAndSize(<char *>r.claimant, r.claimant_len) if r.claimant_len else None,
+        PyBytes_FromStringAndSize(<char *>r.event_id, r.event_id_len) if r.event_id_len else None,
+        PyBytes_FromStringAndSize(<char *>r.outcome, r.outcome_len),
+    )
+
+
+# ---------------------------------------------------------------------------
+# LMDB keys: namespace id (u16 BE) | generation (u32 BE) | business key.
+# Big-endian so one namespace's generations sort together, oldest first, and a
+# generation's keys form one contiguous range that eviction can walk and drop.
+
+
+cdef inline void _set_gen(bytes kb, uint32_t gen):
+    cdef uint8_t *p = <uint8_t *>PyBytes_AS_STRING(kb)
+    p[2] = <uint8_t>(gen >> 24)
+    p[3] = <uint8_t>(gen >> 16)
+    p[4] = <uint8_t>(gen >> 8)
+    p[5] = <uint8_t>gen
+
+
+cdef bytes _new_key(bytes prefix, bytes key):
+    # A fresh bytes object we own alone: its generation bytes are rewritten in
+    # place while probing, which is safe because nothing else has seen it.
+    cdef Py_ssize_t klen = PyBytes_GET_SIZE(key)
+    cdef bytes kb = PyBytes_FromStringAndSize(NULL, C_KEY_PREFIX_BYTES + klen)
+    cdef char *p = PyBytes_AS_STRING(kb)
+    memcpy(p, PyBytes_AS_STRING(prefix), 2)
+    memcpy(p + C_KEY_PREFIX_BYTES, PyBytes_AS_STRING(key), klen)
+    return kb
+
+
+def record_key(bytes prefix, uint32_t gen, bytes key) -> bytes:
+    cdef bytes kb = _new_key(prefix, key)
+    _set_gen(kb, gen)
+    return kb
+
+
+def split_record_key(bytes lkey) -> tuple:
+    """(namespace id, generation, business key) of an LMDB record key."""
+    cdef const uint8_t *p = <const uint8_t *>PyBytes_AS_STRING(lkey)
+    if PyBytes_GET_SIZE(lkey) <= KEY_PREFIX_BYTES:
+        raise StoreFormatError("a record key is shorter than its prefix")
+    return (
+        (p[0] << 8) | p[1],
+        (<uint32_t>p[2] << 24) | (<uint32_t>p[3] << 16) | (<uint32_t>p[4] << 8) | p[5],
+        lkey[KEY_PREFIX_BYTES:],
+    )
+
+
+cdef inline uint32_t _gen_of(bytes g):
+    cdef const uint8_t *p = <const uint8_t *>PyBytes_AS_STRING(g)
+    if PyBytes_GET_SIZE(g) != 4:
+        raise StoreFormatError("a pending-index entry is corrupt")
+    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
+
+
+cdef bytes _gen_bytes(uint32_t gen):
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, 4)
+    cdef uint8_t *p = <uint8_t *>PyBytes_AS_STRING(out)
+    p[0] = <uint8_t>(gen >> 24)
+    p[1] = <uint8_t>(gen >> 16)
+    p[2] = <uint8_t>(gen >> 8)
+    p[3] = <uint8_t>gen
+    return out
+
+
+cdef class Space:
+    """One namespace inside one partition: the databases and the generations a
+    lookup must probe. Held by the store; cheap to use on every request."""
+
+    cdef public object records     # py-lmdb database handle: ns|gen|key -> record
+    cdef public object pending     # ns|key -> gen of every PENDING record
+    cdef public object meta
+    cdef public bytes prefix       # namespace id, 2 bytes big-endian
+    cdef public bytes frontier_key
+    cdef public int64_t gen_len    # microseconds
+    cdef public uint32_t oldest    # oldest generation that may hold records
+    cdef public uint32_t newest    # newest generation seen written
+    cdef public int64_t initial_frontier
+
+    def __init__(self, records, pending, meta, bytes prefix, int64_t gen_len, uint32_t oldest,
+                 int64_t initial_frontier):
+        self.records = records
+        self.pending = pending
+        self.meta = meta
+        self.prefix = prefix
+        self.frontier_key = b"F" + prefix
+        self.gen_len = gen_len
+        self.oldest = oldest
+        self.newest = oldest
+        self.initial_frontier = initial_frontier
+
+    cpdef uint32_t generation(self, int64_t now):
+        if now < 0:
+            return 0
+        return <uint32_t>(now // self.gen_len)
+
+    cdef object _find(self, object get, bytes kb, uint32_t top, uint32_t *found):
+        """Probe generations newest first, then the pinned set; kb ends up
+        holding the key of the hit."""
+        cdef uint32_t g = top
+        cdef object raw
+        while True:
+            _set_gen(kb, g)
+            raw = get(kb, None, self.records)
+            if raw is not None:
+                found[0] = g
+                return raw
+            if g <= self.oldest:
+                break
+            g -= 1
+        _set_gen(kb, PINNED_GEN)
+        raw = get(kb, None, self.records)
+        if raw is not None:
+            found[0] = PINNED_GEN
+        return raw
+
+    cdef inline uint32_t _top(self, int64_t now):
+        cdef uint32_t g = self.generation(now)
+        if g > self.newest:
+            self.newest = g
+        return self.newest
+
+    cdef int64_t _frontier(self, object get) except? -1:
+        cdef object raw = get(self.frontier_key, None, self.meta)
+        cdef int64_t stored
+        if raw is None:
+            return self.initial_frontier
+        stored = int.from_bytes(raw, "little", signed=True)
+        return stored if stored > self.initial_frontier else self.initial_frontier
+
+    def lookup(self, txn, bytes key, int64_t now):
+        """(generation, raw record) or None."""
+        cdef uint32_t found = 0
+        cdef bytes kb = _new_key(self.prefix, key)
+        raw = self._find(txn.get, kb, self._top(now), &found)
+        if raw is None:
+            return None
+        return (found, raw)
+
+    def claim(self, txn, bytes key, object digest, int64_t now, int64_t lease, int64_t event_time,
+              object claimant, object event_id, bint write):
+        """Decide a claim. Returns (status, token, retry_after_us, raw_record,
+        other_event, wrote), or None when ``write`` is false and the verdict
+        needs a write (the caller retries in a write transaction)."""
+        cdef ds_record cur, nxt
+        cdef ds_claim_req req
+        cdef ds_claim_out out
+        cdef uint32_t found = 0
+        cdef object get = txn.get
+        cdef bytes kb = _new_key(self.prefix, key)
+        cdef uint32_t top = self._top(now)
+        cdef object raw = self._find(get, kb, top, &found)
+        cdef bytes stored
+
+        memset(&req, 0, sizeof(req))
+        req.now = now
+        req.lease = lease
+        req.event_time = event_time
+        req.frontier = self.initial_frontier
+        if digest is not None:
+            req.intent = <const uint8_t *>PyBytes_AS_STRING(digest)
+        if claimant is not None:
+            req.claimant = <const uint8_t *>PyBytes_AS_STRING(claimant)
+            req.claimant_len = <uint32_t>PyBytes_GET_SIZE(claimant)
+        if event_id is not None:
+            req.event_id = <const uint8_t *>PyBytes_AS_STRING(event_id)
+            req.event_id_len = <uint32_t>PyBytes_GET_SIZE(event_id)
+        if raw is None:
+            if not write:
+                return None
+            if event_time != DS_NO_TIME:
+                # Only a claim that could be NEW needs the frontier, and it must
+                # be read in this transaction: eviction moves it forward.
+                req.frontier = self._frontier(get)
+            req.fresh_token = ds_next_token(&_token_state)
+            ds_claim_decide(NULL, &req, &nxt, &out)
+            _set_gen(kb, top)
+            stored = _encode(&nxt)
+            txn.put(kb, stored, False, True, False, self.records)
+            txn.put(self.prefix + key, _gen_bytes(top), False, True, False, self.pending)
+            return (out.status, out.token, 0, stored, False, True)
+
+        _decode(raw, &cur)
+        req.fresh_token = ds_next_token(&_token_state)
+        ds_claim_decide(&cur, &req, &nxt, &out)
+        if out.write == DS_WRITE_NONE:
+            return (out.status, out.token, out.retry_after, raw, False, False)
+        if not write:
+            return None
+        stored = _encode(&nxt)
+        txn.put(kb, stored, False, True, False, self.records)
+        return (out.status, out.token, out.retry_after, stored, bool(out.other_event), True)
+
+    cdef object _find_pending(self, object get, bytes key, int64_t now, bytes kb):
+        # The pending index names the generation directly; completed records
+        # are found by probing, since they are rarely touched again.
+        cdef object g = get(self.prefix + key, None, self.pending)
+        cdef uint32_t found = 0
+        if g is not None:
+            _set_gen(kb, _gen_of(g))
+            return get(kb, None, self.records)
+        return self._find(get, kb, self._top(now), &found)
+
+    def complete(self, txn, bytes key, uint64_t token, bytes outcome, int64_t now):
+        """(op code, raw record after)."""
+        cdef ds_record cur, nxt
+        cdef bytes kb = _new_key(self.prefix, key)
+        cdef object get = txn.get
+        cdef object raw = self._find_pending(get, key, now, kb)
+        cdef int rc
+        cdef bytes stored
+        if raw is None:
+            return (DS_OP_LEASE_LOST, None)
+        _decode(raw, &cur)
+        rc = ds_complete_decide(&cur, token, <const uint8_t *>PyBytes_AS_STRING(outcome),
+                                <uint32_t>PyBytes_GET_SIZE(outcome), now, &nxt)
+        if rc != DS_OP_APPLY:
+            return (rc, raw)
+        stored = _encode(&nxt)
+        txn.put(kb, stored, False, True, False, self.records)
+        txn.delete(self.prefix + key, b"", self.pending)
+        return (rc, stored)
+
+    def release(self, txn, bytes key, uint64_t token, int64_t now):
+        cdef ds_record cur
+        cdef bytes kb = _new_key(self.prefix, key)
+        cdef object raw = self._find_pending(txn.get, key, now, kb)
+        if raw is None:
+            return DS_OP_LEASE_LOST
+        _decode(raw, &cur)
+        if ds_release_decide(&cur, token) != DS_OP_APPLY:
+            return DS_OP_LEASE_LOST
+        txn.delete(kb, b"", self.records)
+        txn.delete(self.prefix + key, b"", self.pending)
+        return DS_OP_APPLY
+
+    def renew(self, txn, bytes key, uint64_t token, int64_t now, int64_t lease):
+        cdef ds_record cur, nxt
+        cdef bytes kb = _new_key(self.prefix, key)
+        cdef object raw = self._find_pending(txn.get, key, now, kb)
+        cdef bytes stored
+        if raw is None:
+            return (DS_OP_LEASE_LOST, None)
+        _decode(raw, &cur)
+        if ds_renew_decide(&cur, token, now, lease, &nxt) != DS_OP_APPLY:
+            return (DS_OP_LEASE_LOST, raw)
+        stored = _encode(&nxt)
+        txn.put(kb, stored, False, True, False, self.records)
+        return (DS_OP_APPLY, stored)
+
+
+def claim_batch(list spaces, list order, txn, list keys, list digests, int64_t now, int64_t lease,
+                list event_times, object claimant, list results, bint write):
+    """Run claims ``order`` (indexes into the other lists) in one transaction,
+    storing each verdict tuple at ``results[i]``; with ``write`` false, indexes
+    that need a write are left as None and returned."""
+    cdef list todo = []
+    cdef Py_ssize_t i
+    cdef Space space
+    cdef int64_t et
+    for i in order:
+        space = <Space>spaces[i]
+        et = DS_NO_TIME if event_times is None or event_times[i] is None else event_times[i]
+        res = space.claim(txn, keys[i], digests[i], now, lease, et, claimant, None, write)
+        results[i] = res
+        if res is None:
+            todo.append(i)
+    return todo

@@ -1,0 +1,115 @@
+"""Group commit: writers to one partition share a transaction and its fsync.
+
+A thread that finds no commit in flight becomes the leader: it takes every
+operation queued so far, runs them in one LMDB write transaction, commits once
+(py-lmdb releases the GIL for the commit's fsync, so others keep queueing) and
+then hands leadership to the first waiter that arrived meanwhile. With one
+caller this is exactly one transaction per call; with eight, one fsync serves
+up to eight claims.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import lmdb
+
+from .errors import DedupError, StoreFullError
+
+Op = Callable[[Any], Any]  # receives the write transaction, returns the caller's result
+
+
+class _Waiter:
+    __slots__ = ("op", "result", "error", "event", "lead")
+
+    def __init__(self, op: Op) -> None:
+        self.op = op
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.event: threading.Event | None = None
+        self.lead = False
+
+
+class GroupCommitter:
+    """Serialises and batches the write transactions of one LMDB environment."""
+
+    def __init__(self, env: lmdb.Environment, describe: str) -> None:
+        self._env = env
+        self._describe = describe
+        self._lock = threading.Lock()
+        self._queue: list[_Waiter] = []
+        self._busy = False
+        #: Transactions committed and operations they carried (for stats()).
+        self.commits = 0
+        self.ops = 0
+
+    def run(self, op: Op) -> Any:
+        waiter = _Waiter(op)
+        with self._lock:
+            self._queue.append(waiter)
+            if self._busy:
+                waiter.event = threading.Event()
+            else:
+                self._busy = True
+                waiter.lead = True
+        if not waiter.lead:
+            assert waiter.event is not None
+            waiter.event.wait()
+        if waiter.lead:
+            self._lead()
+        if waiter.error is not None:
+            raise waiter.error
+        return waiter.result
+
+    def _lead(self) -> None:
+        with self._lock:
+            batch = self._queue
+            self._queue = []
+        try:
+            self._execute(batch)
+        finally:
+            nxt: _Waiter | None = None
+            with self._lock:
+                if self._queue:
+                    nxt = self._queue[0]
+                    nxt.lead = True
+                else:
+                    self._busy = False
+            for w in batch:
+                if w.event is not None:
+                    w.event.set()
+            if nxt is not None and nxt.event is not None:
+                nxt.event.set()
+
+    def _execute(self, batch: list[_Waiter]) -> None:
+        try:
+            txn = self._env.begin(write=True)
+            try:
+                for w in batch:
+                    try:
+                        w.result = w.op(txn)
+                    except DedupError as exc:
+                        # Ops decide before they write, so a refused op (a stale
+                        # token, say) has changed nothing and the others proceed.
+                        w.error = exc
+                txn.commit()
+            except BaseException:
+                txn.abort()
+                raise
+        except lmdb.MapFullError:
+            full = StoreFullError(
+                f"{self._describe} reached its map size ({self._env.info()['map_size']:,} bytes); "
+                f"nothing from this batch was written and everything committed before is intact. "
+                f"Reopen with a larger map_size, or let eviction free space"
+            )
+            for w in batch:
+                w.error = full
+            return
+        except BaseException as exc:
+            for w in batch:
+                w.error = exc
+            return
+        self.commits += 1
+        self.ops += len(batch)

@@ -1,0 +1,762 @@
+"""``DedupStore``: the embedded idempotency authority.
+
+A request's path: validate and canonicalise at the edge (here and in
+``_native``), route the key to its partition with the store's keyed hash, try
+to answer from a read-only snapshot (duplicates, conflicts and in-flight leases
+need no write and so no fsync), and otherwise decide again inside the
+partition's group-committed write transaction, where the verdict and its record
+are committed together.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import json
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import lmdb
+
+from . import _native
+from .commit import GroupCommitter
+from .errors import (
+    EffectNotRunError,
+    ForkedStoreError,
+    InvalidInputError,
+    InvalidTokenError,
+    LeaseLostError,
+    OutcomeTooLargeError,
+    StoreAlreadyOpenError,
+    StoreClosedError,
+    StoreFormatError,
+    UnknownNamespaceError,
+)
+from .layout import (
+    DEFAULT_MAP_SIZE,
+    DURABILITY,
+    FORMAT_KEY,
+    MAX_PARTITIONS,
+    NS_KEY,
+    NSID_KEY,
+    StoreInfo,
+    check_partition_format,
+    open_env,
+    open_meta,
+    partition_dir,
+    partition_format,
+    same_file_key,
+)
+from .namespace import (
+    DEFAULT_HORIZON,
+    DEFAULT_LEASE,
+    DEFAULT_MAX_OUTCOME_BYTES,
+    MAX_LEASE_S,
+    MAX_NAMESPACES,
+    MIN_LEASE_S,
+    NamespaceConfig,
+    build_config,
+    check_name,
+    generation_length,
+)
+from .units import parse_duration
+from .verdicts import STATUS_BY_CODE, BatchResult, ClaimResult, Record, Status
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+MAX_CLAIMANT_BYTES = 128
+MAX_EVENT_ID_BYTES = 128
+MAX_BATCH = 100_000
+MAX_TOKEN = (1 << 63) - 1
+
+# One handle per store directory per process: two LMDB handles on one file in
+# one process break LMDB's locking (its docs forbid it), so a second open fails.
+_open_lock = threading.Lock()
+_open_stores: dict[tuple[int, int], weakref.ref[DedupStore]] = {}
+_live: weakref.WeakSet[DedupStore] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # The child inherited LMDB handles and locks it must not use (LMDB forbids
+    # it); make every use raise instead of corrupting the parent's view.
+    for store in list(_live):
+        store._dead = "forked"
+    _open_stores.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _small_bytes(value: object, what: str, limit: int) -> bytes:
+    if isinstance(value, str):
+        value = value.encode("utf-8")
+    elif isinstance(value, (bytearray, memoryview)):
+        value = bytes(value)
+    if not isinstance(value, bytes):
+        raise InvalidInputError(f"{what} must be bytes or str (1..{limit} bytes); got {type(value).__name__}")
+    if not 1 <= len(value) <= limit:
+        raise InvalidInputError(f"{what} must be 1..{limit} bytes; got {len(value)} bytes")
+    return value
+
+
+def _time_us(value: object, what: str) -> int:
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None:
+            raise InvalidInputError(f"{what} must be an aware datetime (with tzinfo) or seconds since the epoch")
+        return int(value.timestamp() * 1_000_000)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInputError(f"{what} must be seconds since the epoch or an aware datetime; got {value!r}")
+    if not -1e11 < value < 1e11:  # NaN fails this too
+        raise InvalidInputError(f"{what} must be within +-1e11 seconds of the epoch; got {value!r}")
+    return int(value * 1_000_000)
+
+
+def _token(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOKEN:
+        raise InvalidTokenError(f"token must be an int in 1..2**63-1 as returned by claim(); got {value!r}")
+    return value
+
+
+def _lease_us(value: object) -> int:
+    return int(parse_duration(value, what="lease", minimum=MIN_LEASE_S, maximum=MAX_LEASE_S) * 1_000_000)
+
+
+class _Partition:
+    """One LMDB environment with its own writer lock and group committer."""
+
+    def __init__(self, root: Path, index: int, info: StoreInfo, durability: str, map_size: int) -> None:
+        path = partition_dir(root, index)
+        path.mkdir(exist_ok=True)
+        self.index = index
+        self.env = open_env(path, map_size=map_size, durability=durability, max_dbs=4)
+        try:
+            self.records = self.env.open_db(b"records")
+            self.pending = self.env.open_db(b"pending")
+            self.meta = self.env.open_db(b"meta")
+            with self.env.begin(write=True) as txn:
+                raw = txn.get(FORMAT_KEY, db=self.meta)
+                if raw is None:
+                    txn.put(FORMAT_KEY, partition_format(info, index), db=self.meta)
+                else:
+                    check_partition_format(raw, info, index, path)
+        except lmdb.Error as exc:
+            self.env.close()
+            raise StoreFormatError(f"{path} is not a valid dedupstore partition: {exc}") from None
+        except BaseException:
+            self.env.close()
+            raise
+        self.committer = GroupCommitter(self.env, f"partition {index} ({path})")
+        self.spaces: dict[int, _native.Space] = {}
+
+    def space(self, ns: NamespaceConfig) -> _native.Space:
+        sp = self.spaces.get(ns.id)
+        if sp is None:
+            with self.env.begin() as txn:
+                raw = txn.get(b"O" + ns.prefix, db=self.meta)
+            oldest = int.from_bytes(raw, "big") if raw else int(ns.created * 1_000_000) // ns.generation_us
+            sp = _native.Space(
+                self.records, self.pending, self.meta, ns.prefix, ns.generation_us, oldest, ns.initial_frontier_us
+            )
+            self.spaces[ns.id] = sp
+        return sp
+
+
+class _Namespace:
+    """A registered namespace as this handle uses it: config plus one Space per partition."""
+
+    __slots__ = ("config", "spaces", "lease_us", "fields", "max_outcome")
+
+    def __init__(self, config: NamespaceConfig, parts: Sequence[_Partition]) -> None:
+        self.config = config
+        self.spaces = [p.space(config) for p in parts]
+        self.lease_us = int(config.lease * 1_000_000)
+        self.fields = config.intent_fields
+        self.max_outcome = config.max_outcome_bytes
+
+
+class DedupStore:
+    """An embedded, durable idempotency authority (see SPEC and docs/guarantees.md).
+
+    Open with :meth:`open`; thread-safe; several processes may open the same
+    directory. Use as a context manager or call :meth:`close`.
+    """
+
+    def __init__(self, *_: object, **__: object) -> None:
+        raise TypeError("use DedupStore.open(path, ...)")
+
+    # ------------------------------------------------------------------ opening
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        partitions: int | None = None,
+        durability: str = "sync",
+        bloom: bool = True,
+        create: bool = True,
+        clock: Callable[[], float] | None = None,
+        map_size: int = DEFAULT_MAP_SIZE,
+    ) -> DedupStore:
+        """Open (or create) the store at ``path``.
+
+        ``partitions`` is fixed when the store is created (default 4);
+        ``durability`` is ``"sync"`` or ``"flush"`` (docs/guarantees.md);
+        ``clock`` returns seconds since the epoch (default ``time.time``);
+        ``map_size`` is the most bytes one partition's file may grow to.
+        """
+        if durability not in DURABILITY:
+            raise InvalidInputError(f"durability must be one of {sorted(DURABILITY)}; got {durability!r}")
+        if partitions is not None and (
+            isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= MAX_PARTITIONS
+        ):
+            raise InvalidInputError(f"partitions must be an int in 1..{MAX_PARTITIONS}; got {partitions!r}")
+        if isinstance(map_size, bool) or not isinstance(map_size, int) or map_size < 1 << 20:
+            raise InvalidInputError(f"map_size must be an int of at least 1 MiB; got {map_size!r}")
+        clock = clock or time.time
+        root = Path(path)
+        if create:
+            root.mkdir(parents=True, exist_ok=True)
+        elif not root.is_dir():
+            raise StoreFormatError(f"{root} does not exist and create=False")
+        ident = same_file_key(root)
+        self = object.__new__(cls)
+        with _open_lock:
+            other = _open_stores.get(ident)
+            if other is not None and other() is not None:
+                raise StoreAlreadyOpenError(
+                    f"{root} is already open in this process; share that DedupStore handle (it is thread-safe) "
+                    f"or close it first"
+                )
+            _open_stores[ident] = weakref.ref(self)
+        try:
+            self._init(root, ident, partitions, durability, bloom, clock, map_size)
+        except BaseException:
+            with _open_lock:
+                _open_stores.pop(ident, None)
+            raise
+        return self
+
+    def _init(
+        self, root: Path, ident: tuple[int, int], partitions: int | None, durability: str, bloom: bool,
+        clock: Callable[[], float], map_size: int,
+    ) -> None:
+        self._dead: str | None = None
+        self._root = root
+        self._ident = ident
+        self._clock = clock
+        self._durability = durability
+        self._bloom = bloom
+        self._meta, self._info = open_meta(root, create=True, partitions=partitions, now=clock())
+        self._parts: list[_Partition] = []
+        try:
+            for i in range(self._info.partitions):
+                self._parts.append(_Partition(root, i, self._info, durability, map_size))
+        except BaseException:
+            for p in self._parts:
+                p.env.close()
+            self._meta.close()
+            raise
+        self._nparts = len(self._parts)
+        self._hasher = _native.Hasher(self._info.secret)
+        self._ns: dict[str, _Namespace] = {}
+        self._ns_lock = threading.Lock()
+        self._counts_lock = threading.Lock()
+        self._counts = dict.fromkeys(Status, 0)
+        self._same_event_duplicates = 0
+        self._other_event_repeats = 0
+        self._pool: ThreadPoolExecutor | None = None
+        self._pid = os.getpid()
+        _live.add(self)
+
+    @property
+    def path(self) -> Path:
+        return self._root
+
+    @property
+    def partitions(self) -> int:
+        return self._nparts
+
+    @property
+    def durability(self) -> str:
+        return self._durability
+
+    def __enter__(self) -> DedupStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = self._dead or "open"
+        return f"<DedupStore {str(self._root)!r} partitions={self._nparts} durability={self._durability} {state}>"
+
+    def _check(self) -> None:
+        if self._dead is not None:
+            if self._dead == "forked":
+                raise ForkedStoreError(
+                    f"this DedupStore was opened in process {self._pid} and used after fork(); "
+                    f"open the store again in the child"
+                )
+            raise StoreClosedError("the store is closed")
+
+    def close(self) -> None:
+        """Close the store (idempotent). In a forked child this only drops the handle."""
+        if self._dead == "closed":
+            return
+        forked = self._dead == "forked"
+        self._dead = "closed"
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        if not forked:
+            # Closing LMDB in a forked child would release the parent's locks.
+            for p in self._parts:
+                p.env.close()
+            self._meta.close()
+        with _open_lock:
+            ref = _open_stores.get(self._ident)
+            if ref is not None and ref() is self:
+                del _open_stores[self._ident]
+        _live.discard(self)
+
+    def flush(self) -> None:
+        """Make every write returned so far durable (fsync of every partition)."""
+        self._check()
+        for p in self._parts:
+            p.env.sync(True)
+
+    def now(self) -> float:
+        """The store clock, in seconds since the epoch."""
+        return float(self._clock())
+
+    def _now_us(self) -> int:
+        return int(self._clock() * 1_000_000)
+
+    # --------------------------------------------------------------- namespaces
+
+    def ensure_namespace(
+        self,
+        name: str,
+        horizon: object = DEFAULT_HORIZON,
+        lease: object = DEFAULT_LEASE,
+        *,
+        max_outcome_bytes: int = DEFAULT_MAX_OUTCOME_BYTES,
+        intent_fields: Iterable[str] | None = None,
+        replay_windows: Mapping[str, object] | None = None,
+        empty_history: bool = False,
+        allow_short_horizon: bool = False,
+    ) -> NamespaceConfig:
+        """Register ``name`` (or update its config) and return the persisted config.
+
+        A replay window longer than ``horizon`` is refused with the figures
+        unless ``allow_short_horizon=True`` (then it warns, and the choice is
+        recorded). ``intent_fields`` and ``empty_history`` are fixed at
+        creation: changing them would change the verdicts of records already
+        stored.
+        """
+        self._check()
+        fields = build_config(
+            name,
+            horizon=horizon,
+            lease=lease,
+            max_outcome_bytes=max_outcome_bytes,
+            intent_fields=intent_fields,
+            replay_windows=dict(replay_windows) if replay_windows else None,
+            empty_history=empty_history,
+            allow_short_horizon=allow_short_horizon,
+        )
+        key = NS_KEY + name.encode()
+        with self._ns_lock, self._meta.begin(write=True) as txn:
+            raw = txn.get(key)
+            if raw is None:
+                cursor = txn.cursor()
+                next_id = 1
+                if cursor.set_range(NSID_KEY) and cursor.key().startswith(NSID_KEY):
+                    cursor.last()
+                    next_id = int.from_bytes(cursor.key()[len(NSID_KEY):], "big") + 1
+                if next_id > MAX_NAMESPACES:
+                    raise InvalidInputError(f"a store holds at most {MAX_NAMESPACES} namespaces")
+                config = NamespaceConfig(
+                    id=next_id, created=self.now(), generation_us=generation_length(fields["horizon"]), **fields
+                )
+                txn.put(NSID_KEY + next_id.to_bytes(2, "big"), name.encode())
+            else:
+                old = NamespaceConfig.from_json(raw)
+                for fixed in ("intent_fields", "empty_history"):
+                    if fields[fixed] != getattr(old, fixed):
+                        raise InvalidInputError(
+                            f"namespace {name!r}: {fixed} is fixed at creation ({getattr(old, fixed)!r}); "
+                            f"changing it would change the verdicts of stored records. Use a new namespace"
+                        )
+                config = NamespaceConfig(
+                    id=old.id, created=old.created, generation_us=old.generation_us, **fields
+                )
+            if raw != config.to_json():
+                txn.put(key, config.to_json())
+        self._ns.pop(name, None)
+        return config
+
+    def namespaces(self) -> dict[str, NamespaceConfig]:
+        """Every registered namespace with its persisted config."""
+        self._check()
+        out = {}
+        with self._meta.begin() as txn:
+            cursor = txn.cursor()
+            if cursor.set_range(NS_KEY):
+                for k, v in cursor:
+                    if not k.startswith(NS_KEY):
+                        break
+                    out[k[len(NS_KEY):].decode()] = NamespaceConfig.from_json(v)
+        return out
+
+    def _namespace(self, name: str) -> _Namespace:
+        ns = self._ns.get(name)
+        if ns is not None:
+            return ns
+        check_name(name)
+        with self._meta.begin() as txn:
+            raw = txn.get(NS_KEY + name.encode())
+        if raw is None:
+            raise UnknownNamespaceError(f"namespace {name!r} is not registered; call ensure_namespace({name!r}) first")
+        ns = _Namespace(NamespaceConfig.from_json(raw), self._parts)
+        self._ns[name] = ns
+        return ns
+
+    # ------------------------------------------------------------------- claims
+
+    def _count(self, status: Status, other_event: bool) -> None:
+        with self._counts_lock:
+            self._counts[status] += 1
+            if other_event:
+                self._other_event_repeats += 1
+            elif status is Status.DUPLICATE:
+                self._same_event_duplicates += 1
+
+    def _result(self, res: tuple[Any, ...], namespace: str, kb: bytes, gen: int, now: int) -> ClaimResult:
+        status = STATUS_BY_CODE[res[0]]
+        self._count(status, res[4])
+        return ClaimResult(
+            status,
+            res[1] if status.holds_lease else None,
+            res[2] / 1e6 if status is Status.IN_PROGRESS else None,
+            namespace,
+            kb,
+            res[3],
+            gen,
+            now,
+        )
+
+    def claim(
+        self,
+        namespace: str,
+        key: bytes | str,
+        intent: object = None,
+        *,
+        event_time: float | _dt.datetime | None = None,
+        event_id: bytes | str | None = None,
+        claimant: bytes | str | None = None,
+        lease: float | str | None = None,
+    ) -> ClaimResult:
+        """Ask whether the effect ``key`` in ``namespace`` may be performed.
+
+        Returns a :class:`ClaimResult` whose ``status`` is one of
+        :class:`Status` (SPEC section 3 lists what the caller does for each).
+        """
+        self._check()
+        ns = self._namespace(namespace)
+        kb = _native.key_bytes(key)
+        digest = None if intent is None else self._hasher.intent_digest(intent, ns.fields)
+        pidx = self._hasher.route(ns.config.prefix, kb, self._nparts)
+        part = self._parts[pidx]
+        space = ns.spaces[pidx]
+        now = self._now_us()
+        lease_us = ns.lease_us if lease is None else _lease_us(lease)
+        et = _native.NO_TIME if event_time is None else _time_us(event_time, "event_time")
+        cl = None if claimant is None else _small_bytes(claimant, "claimant", MAX_CLAIMANT_BYTES)
+        eid = None if event_id is None else _small_bytes(event_id, "event_id", MAX_EVENT_ID_BYTES)
+        with part.env.begin() as txn:
+            res = space.claim(txn, kb, digest, now, lease_us, et, cl, eid, False)
+        if res is None:
+            res = part.committer.run(
+                lambda txn: space.claim(txn, kb, digest, now, lease_us, et, cl, eid, True)
+            )
+        return self._result(res, namespace, kb, space.generation(now), now)
+
+    def claim_many(
+        self,
+        namespace: str,
+        keys: Sequence[bytes | str],
+        intents: Sequence[object] | None = None,
+        *,
+        event_times: Sequence[float | _dt.datetime | None] | None = None,
+        claimant: bytes | str | None = None,
+    ) -> BatchResult:
+        """Claim many keys at once: one transaction per partition touched,
+        partitions committed in parallel; verdicts in input order."""
+        self._check()
+        ns = self._namespace(namespace)
+        n = len(keys)
+        if n > MAX_BATCH:
+            raise InvalidInputError(f"claim_many takes at most {MAX_BATCH} keys per call; got {n}")
+        if intents is not None and len(intents) != n:
+            raise InvalidInputError(f"intents must have one entry per key ({n}); got {len(intents)}")
+        if event_times is not None and len(event_times) != n:
+            raise InvalidInputError(f"event_times must have one entry per key ({n}); got {len(event_times)}")
+        kbs = [_native.key_bytes(k) for k in keys]
+        if intents is None:
+            digests: list[bytes | None] = [None] * n
+        else:
+            digest = self._hasher.intent_digest
+            digests = [None if it is None else digest(it, ns.fields) for it in intents]
+        ets = None
+        if event_times is not None:
+            ets = [None if t is None else _time_us(t, "event_time") for t in event_times]
+        cl = None if claimant is None else _small_bytes(claimant, "claimant", MAX_CLAIMANT_BYTES)
+        route = self._hasher.route
+        prefix = ns.config.prefix
+        nparts = self._nparts
+        pidxs = [route(prefix, kb, nparts) for kb in kbs]
+        spaces = [ns.spaces[p] for p in pidxs]
+        groups: dict[int, list[int]] = {}
+        for i, p in enumerate(pidxs):
+            groups.setdefault(p, []).append(i)
+        now = self._now_us()
+        lease_us = ns.lease_us
+        results: list[Any] = [None] * n
+        writes: list[tuple[_Partition, list[int]]] = []
+        for p, order in groups.items():
+            part = self._parts[p]
+            with part.env.begin() as txn:
+                todo = _native.claim_batch(spaces, order, txn, kbs, digests, now, lease_us, ets, cl, results, False)
+            if todo:
+                writes.append((part, todo))
+
+        def write(part: _Partition, todo: list[int]) -> None:
+            part.committer.run(
+                lambda txn: _native.claim_batch(spaces, todo, txn, kbs, digests, now, lease_us, ets, cl, results, True)
+            )
+
+        if len(writes) == 1:
+            write(*writes[0])
+        elif writes:
+            # Each partition's commit waits on its own fsync with the GIL
+            # released; running them side by side overlaps those waits.
+            futures = [self._executor().submit(write, part, todo) for part, todo in writes]
+            errors = [f.exception() for f in futures]
+            for err in errors:
+                if err is not None:
+                    raise err
+        out = []
+        for i in range(n):
+            out.append(self._result(results[i], namespace, kbs[i], spaces[i].generation(now), now))
+        return BatchResult(out)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            with self._ns_lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self._nparts, thread_name_prefix="dedupstore-commit")
+        return self._pool
+
+    def _leased_op(self, namespace: str, key: bytes | str, token: object) -> tuple[_Namespace, bytes, int, _Partition]:
+        self._check()
+        ns = self._namespace(namespace)
+        kb = _native.key_bytes(key)
+        tok = _token(token)
+        pidx = self._hasher.route(ns.config.prefix, kb, self._nparts)
+        return ns, kb, tok, self._parts[pidx]
+
+    def complete(self, namespace: str, key: bytes | str, token: int, outcome: bytes | str = b"") -> Record:
+        """Record ``outcome`` for the effect and end the lease.
+
+        Raises :class:`LeaseLostError` (changing nothing) when ``token`` is not
+        the current lease. Repeating a successful call is a no-op.
+        """
+        ns, kb, tok, part = self._leased_op(namespace, key, token)
+        if isinstance(outcome, str):
+            outcome = outcome.encode("utf-8")
+        elif isinstance(outcome, (bytearray, memoryview)):
+            outcome = bytes(outcome)
+        if not isinstance(outcome, bytes):
+            raise InvalidInputError(f"outcome must be bytes or str; got {type(outcome).__name__}")
+        if len(outcome) > ns.max_outcome:
+            raise OutcomeTooLargeError(
+                f"outcome is {len(outcome)} bytes; namespace {namespace!r} allows at most "
+                f"max_outcome_bytes={ns.max_outcome}"
+            )
+        space = ns.spaces[part.index]
+        now = self._now_us()
+        rc, raw = part.committer.run(lambda txn: space.complete(txn, kb, tok, outcome, now))
+        if rc == _native.OP_LEASE_LOST:
+            raise LeaseLostError(f"{namespace}/{kb!r}: token {tok} does not hold the lease; nothing was changed")
+        if rc == _native.OP_OUTCOME_DIFFERS:
+            raise LeaseLostError(
+                f"{namespace}/{kb!r}: already completed with token {tok} and a different outcome; nothing was changed"
+            )
+        return Record.from_raw(namespace, kb, space.generation(now), raw, now)
+
+    def release(self, namespace: str, key: bytes | str, token: int) -> None:
+        """Remove the claim: only when the caller knows no effect happened."""
+        ns, kb, tok, part = self._leased_op(namespace, key, token)
+        space = ns.spaces[part.index]
+        now = self._now_us()
+        rc = part.committer.run(lambda txn: space.release(txn, kb, tok, now))
+        if rc != _native.OP_APPLY:
+            raise LeaseLostError(f"{namespace}/{kb!r}: token {tok} does not hold the lease; nothing was changed")
+
+    def renew(self, namespace: str, key: bytes | str, token: int, lease: float | str | None = None) -> Record:
+        """Extend the lease to ``lease`` (default: the namespace's) from now."""
+        ns, kb, tok, part = self._leased_op(namespace, key, token)
+        lease_us = ns.lease_us if lease is None else _lease_us(lease)
+        space = ns.spaces[part.index]
+        now = self._now_us()
+        rc, raw = part.committer.run(lambda txn: space.renew(txn, kb, tok, now, lease_us))
+        if rc != _native.OP_APPLY:
+            raise LeaseLostError(f"{namespace}/{kb!r}: token {tok} does not hold the lease; nothing was changed")
+        return Record.from_raw(namespace, kb, space.generation(now), raw, now)
+
+    # ------------------------------------------------------------------ reading
+
+    def lookup(self, namespace: str, key: bytes | str) -> Record | None:
+        """The stored record for ``key``, or None."""
+        self._check()
+        ns = self._namespace(namespace)
+        kb = _native.key_bytes(key)
+        pidx = self._hasher.route(ns.config.prefix, kb, self._nparts)
+        now = self._now_us()
+        with self._parts[pidx].env.begin() as txn:
+            hit = ns.spaces[pidx].lookup(txn, kb, now)
+        if hit is None:
+            return None
+        return Record.from_raw(namespace, kb, hit[0], hit[1], now)
+
+    def unresolved(self, namespace: str, limit: int | None = None) -> list[Record]:
+        """Records in PENDING or UNKNOWN state (oldest first), for reconciliation."""
+        self._check()
+        ns = self._namespace(namespace)
+        prefix = ns.config.prefix
+        now = self._now_us()
+        out: list[Record] = []
+        for part in self._parts:
+            with part.env.begin() as txn:
+                cursor = txn.cursor(db=part.pending)
+                if not cursor.set_range(prefix):
+                    continue
+                for k, g in cursor:
+                    if not k.startswith(prefix):
+                        break
+                    gen = int.from_bytes(g, "big")
+                    kb = k[2:]
+                    raw = txn.get(_native.record_key(prefix, gen, kb), db=part.records)
+                    if raw is None:
+                        raise StoreFormatError(f"pending index names {namespace}/{kb!r} but its record is missing")
+                    out.append(Record.from_raw(namespace, kb, gen, raw, now))
+        out.sort(key=lambda r: r.first_seen)
+        return out if limit is None else out[:limit]
+
+    def stats(self) -> dict[str, Any]:
+        """Figures for operators: verdicts, commits, storage and per-namespace state."""
+        self._check()
+        with self._counts_lock:
+            verdicts = {s.name: n for s, n in self._counts.items()}
+            same, other = self._same_event_duplicates, self._other_event_repeats
+        parts = []
+        total_bytes = 0
+        for p in self._parts:
+            info = p.env.info()
+            st = p.env.stat()
+            with p.env.begin() as txn:
+                records = txn.stat(p.records)["entries"]
+                pending = txn.stat(p.pending)["entries"]
+            size = (info["last_pgno"] + 1) * st["psize"]
+            total_bytes += size
+            parts.append(
+                {
+                    "partition": p.index,
+                    "records": records,
+                    "pending": pending,
+                    "bytes_used": size,
+                    "commits": p.committer.commits,
+                    "ops_committed": p.committer.ops,
+                }
+            )
+        namespaces = {}
+        for name, cfg in self.namespaces().items():
+            namespaces[name] = {**cfg.describe(), "unresolved": self._count_pending(cfg.prefix)}
+        return {
+            "path": str(self._root),
+            "format_version": self._info.format_version,
+            "partitions": self._nparts,
+            "durability": self._durability,
+            "verdicts": verdicts,
+            "duplicates_same_event": same,
+            "repeats_other_event": other,
+            "bytes_used": total_bytes,
+            "partition_stats": parts,
+            "namespaces": namespaces,
+        }
+
+    def _count_pending(self, prefix: bytes) -> int:
+        n = 0
+        for p in self._parts:
+            with p.env.begin() as txn:
+                cursor = txn.cursor(db=p.pending)
+                if cursor.set_range(prefix):
+                    for k in cursor.iternext(keys=True, values=False):
+                        if not k.startswith(prefix):
+                            break
+                        n += 1
+        return n
+
+    # ---------------------------------------------------------------- decorator
+
+    def idempotent(
+        self,
+        namespace: str,
+        *,
+        key: Callable[..., bytes | str],
+        intent: Callable[..., object] | None = None,
+        dumps: Callable[[Any], bytes] | None = None,
+        loads: Callable[[bytes], Any] | None = None,
+        release_on: tuple[type[BaseException], ...] = (),
+    ) -> Callable[[F], F]:
+        """Run the decorated function only when its effect is NEW.
+
+        ``key`` (and ``intent``) are called with the function's arguments. The
+        return value is serialised (JSON by default) as the outcome; on
+        DUPLICATE the stored outcome is deserialised and returned instead.
+        Other verdicts raise :class:`EffectNotRunError` carrying the result. An
+        exception from the function keeps the lease (the effect may have
+        happened: the key turns UNKNOWN when the lease expires) unless it is
+        one of ``release_on``, which declare "no effect happened".
+        """
+        enc = dumps or (lambda v: json.dumps(v, sort_keys=True, separators=(",", ":")).encode())
+        dec = loads or json.loads
+
+        def wrap(fn: F) -> F:
+            @functools.wraps(fn)
+            def run(*args: Any, **kwargs: Any) -> Any:
+                k = key(*args, **kwargs)
+                res = self.claim(namespace, k, None if intent is None else intent(*args, **kwargs))
+                if res.status is Status.DUPLICATE:
+                    return dec(res.outcome or b"null")
+                if res.status is not Status.NEW:
+                    raise EffectNotRunError(res)
+                assert res.token is not None
+                try:
+                    value = fn(*args, **kwargs)
+                except release_on:
+                    self.release(namespace, k, res.token)
+                    raise
+                self.complete(namespace, k, res.token, enc(value))
+                return value
+
+            return run  # type: ignore[return-value]
+
+        return wrap

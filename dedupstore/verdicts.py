@@ -1,0 +1,216 @@
+"""What a claim answers: ``Status``, ``ClaimResult``, ``BatchResult`` and ``Record``."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, overload
+
+from . import _native
+
+
+class Status(enum.Enum):
+    """The verdict of a claim (SPEC section 3)."""
+
+    NEW = "NEW"
+    DUPLICATE = "DUPLICATE"
+    CONFLICT = "CONFLICT"
+    IN_PROGRESS = "IN_PROGRESS"
+    UNKNOWN = "UNKNOWN"
+    BEYOND_HORIZON = "BEYOND_HORIZON"
+
+    @property
+    def holds_lease(self) -> bool:
+        """True for the verdicts that hand the caller a token."""
+        return self in _LEASED
+
+
+_LEASED = frozenset({Status.NEW, Status.UNKNOWN, Status.BEYOND_HORIZON})
+
+#: Native status codes (csrc/ds_decide.h) to members; index 0 is unused.
+STATUS_BY_CODE: tuple[Status, ...] = (
+    Status.NEW,
+    Status.NEW,
+    Status.DUPLICATE,
+    Status.CONFLICT,
+    Status.IN_PROGRESS,
+    Status.UNKNOWN,
+    Status.BEYOND_HORIZON,
+)
+
+
+class RecordState(enum.Enum):
+    """What a stored record says about its effect."""
+
+    PENDING = "PENDING"  # a lease is live: someone is performing the effect
+    UNKNOWN = "UNKNOWN"  # the lease expired without complete/release
+    COMPLETED = "COMPLETED"
+
+
+def _seconds(us: int) -> float | None:
+    return None if us == _native.NO_TIME else us / 1e6
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """The stored evidence for one (namespace, key)."""
+
+    namespace: str
+    key: bytes
+    state: RecordState
+    intent_digest: bytes | None
+    first_seen: float
+    lease_expires: float | None
+    completed_at: float | None
+    token: int
+    attempts: int
+    event_time: float | None
+    event_id: bytes | None
+    claimant: bytes | None
+    outcome: bytes | None
+    other_events: int
+    generation: int
+
+    @classmethod
+    def from_raw(cls, namespace: str, key: bytes, generation: int, raw: bytes, now_us: int) -> Record:
+        (state, _flags, attempts, first_seen, until, token, intent, event_time, other_events, claimant,
+         event_id, outcome) = _native.decode_record(raw)
+        completed = state == _native.STATE_COMPLETED
+        rstate = RecordState.COMPLETED
+        if not completed:
+            rstate = RecordState.PENDING if until > now_us else RecordState.UNKNOWN
+        return cls(
+            namespace=namespace,
+            key=key,
+            state=rstate,
+            intent_digest=intent,
+            first_seen=first_seen / 1e6,
+            lease_expires=None if completed else until / 1e6,
+            completed_at=until / 1e6 if completed else None,
+            token=token,
+            attempts=attempts,
+            event_time=_seconds(event_time),
+            event_id=event_id,
+            claimant=claimant,
+            outcome=outcome if completed else None,
+            other_events=other_events,
+            generation=generation,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready view (bytes as UTF-8 where they decode, else hex)."""
+
+        def text(b: bytes | None) -> str | None:
+            if b is None:
+                return None
+            try:
+                return b.decode("utf-8")
+            except UnicodeDecodeError:
+                return "0x" + b.hex()
+
+        return {
+            "namespace": self.namespace,
+            "key": text(self.key),
+            "state": self.state.value,
+            "intent_digest": None if self.intent_digest is None else self.intent_digest.hex(),
+            "first_seen": self.first_seen,
+            "lease_expires": self.lease_expires,
+            "completed_at": self.completed_at,
+            "token": self.token,
+            "attempts": self.attempts,
+            "event_time": self.event_time,
+            "event_id": text(self.event_id),
+            "claimant": text(self.claimant),
+            "outcome": text(self.outcome),
+            "other_events": self.other_events,
+            "generation": self.generation,
+        }
+
+
+class ClaimResult:
+    """The verdict for one claim.
+
+    ``token`` is set for NEW, UNKNOWN and BEYOND_HORIZON (the caller holds the
+    lease); ``outcome`` for DUPLICATE; ``retry_after`` (seconds) for
+    IN_PROGRESS; ``record`` is the stored record the verdict rests on.
+    """
+
+    __slots__ = ("status", "token", "retry_after", "namespace", "key", "_raw", "_gen", "_now", "_record")
+
+    def __init__(
+        self, status: Status, token: int | None, retry_after: float | None, namespace: str, key: bytes,
+        raw: bytes | None, gen: int, now_us: int,
+    ) -> None:
+        self.status = status
+        self.token = token
+        self.retry_after = retry_after
+        self.namespace = namespace
+        self.key = key
+        self._raw = raw
+        self._gen = gen
+        self._now = now_us
+        self._record: Record | None = None
+
+    @property
+    def record(self) -> Record | None:
+        # Decoded on first use: most callers of a NEW verdict never look.
+        if self._record is None and self._raw is not None:
+            self._record = Record.from_raw(self.namespace, self.key, self._gen, self._raw, self._now)
+        return self._record
+
+    @property
+    def outcome(self) -> bytes | None:
+        if self.status is not Status.DUPLICATE:
+            return None
+        rec = self.record
+        return None if rec is None else rec.outcome
+
+    @property
+    def holds_lease(self) -> bool:
+        return self.token is not None
+
+    def __repr__(self) -> str:
+        extra = ""
+        if self.token is not None:
+            extra = f", token={self.token}"
+        elif self.retry_after is not None:
+            extra = f", retry_after={self.retry_after:.3f}"
+        return f"ClaimResult({self.status.name}, {self.namespace}/{self.key!r}{extra})"
+
+
+class BatchResult(Sequence[ClaimResult]):
+    """Per-key verdicts of ``claim_many``, in input order."""
+
+    __slots__ = ("_results",)
+
+    def __init__(self, results: list[ClaimResult]) -> None:
+        self._results = results
+
+    def __len__(self) -> int:
+        return len(self._results)
+
+    @overload
+    def __getitem__(self, index: int) -> ClaimResult: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[ClaimResult]: ...
+    def __getitem__(self, index: int | slice) -> ClaimResult | list[ClaimResult]:
+        return self._results[index]
+
+    def __iter__(self) -> Iterator[ClaimResult]:
+        return iter(self._results)
+
+    @property
+    def statuses(self) -> list[Status]:
+        return [r.status for r in self._results]
+
+    def counts(self) -> dict[Status, int]:
+        """How many keys got each verdict (every status present, zeros included)."""
+        out = dict.fromkeys(Status, 0)
+        for r in self._results:
+            out[r.status] += 1
+        return out
+
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{s.name}={n}" for s, n in self.counts().items() if n)
+        return f"BatchResult({len(self)} keys: {counts})"

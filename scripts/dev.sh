@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The project's two entry points; both set up what they need in .venv first.
+#
+#   scripts/dev.sh bench [ARGS]   the main job: the embedded store under the
+#                                 reference load of 18,000 events/s, with a summary
+#   scripts/dev.sh test  [ARGS]   lint, types, stub check, C unit tests, pytest
+#                                 (ARGS go to pytest, e.g. -m 'not slow')
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+
+setup() {
+    if [ ! -x "$VENV/bin/python" ]; then
+        if ! "$PYTHON" -m venv "$VENV" 2>/dev/null; then
+            rm -rf "$VENV"
+            # Debian ships venv's pip bootstrap separately.
+            if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+                apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
+                "$PYTHON" -m venv "$VENV"
+            else
+                echo "dev.sh: '$PYTHON -m venv' failed; install python3-venv (Debian) and retry" >&2
+                exit 1
+            fi
+        fi
+    fi
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "setuptools>=68" wheel "Cython>=3.0"
+    # No build isolation: the build tools above are already in the venv, so a
+    # rebuild costs a compile, not a fresh download of setuptools and Cython.
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation "$1"
+}
+
+cmd=${1:-}
+shift || true
+case "$cmd" in
+    bench)
+        setup '.[test]'
+        exec "$VENV/bin/python" -m dedupstore bench --rate 18000 --duration 30s "$@"
+        ;;
+    test)
+        setup '.[test]'
+        "$VENV/bin/ruff" check dedupstore tests benches
+        "$VENV/bin/mypy"
+        # From tests/, so the installed package (with its compiled _native), not
+        # the source tree, is what gets imported and checked.
+        cd tests
+        "../$VENV/bin/python" -m mypy.stubtest dedupstore._native
+        exec "../$VENV/bin/python" -m pytest -c ../pyproject.toml --rootdir .. "$@"
+        ;;
+    *)
+        echo "usage: scripts/dev.sh {bench|test} [ARGS]" >&2
+        exit 2
+        ;;
+esac

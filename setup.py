@@ -1,0 +1,43 @@
+"""Extension modules only; all metadata lives in pyproject.toml.
+
+DEDUPSTORE_DEBUG_BUILD=1 builds with -O0 -g3 and C asserts on (-UNDEBUG);
+DEDUPSTORE_STRICT_BUILD=1 (CI) adds -Werror for the C engine's own warnings.
+"""
+
+import os
+
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+DEBUG = os.environ.get("DEDUPSTORE_DEBUG_BUILD", "") not in ("", "0")
+STRICT = os.environ.get("DEDUPSTORE_STRICT_BUILD", "") not in ("", "0")
+
+CSRC = ["csrc/ds_hash.c", "csrc/ds_canon.c", "csrc/ds_record.c", "csrc/ds_decide.c"]
+
+compile_args = ["-std=c11", "-Wall", "-Wextra", "-Wno-unused-function", "-Wno-unused-parameter"]
+if DEBUG:
+    compile_args += ["-O0", "-g3", "-UNDEBUG"]
+else:
+    compile_args += ["-O2"]
+if STRICT:
+    compile_args += ["-Werror=implicit-function-declaration", "-Werror=incompatible-pointer-types"]
+
+extensions = [
+    Extension(
+        "dedupstore._native",
+        sources=["dedupstore/_native.pyx", *CSRC],
+        include_dirs=["csrc"],
+        extra_compile_args=compile_args,
+        undef_macros=["NDEBUG"] if DEBUG else [],
+    )
+]
+
+setup(
+    ext_modules=cythonize(
+        extensions,
+        compiler_directives={"language_level": "3", "embedsignature": True},
+        gdb_debug=DEBUG,
+        # Cython writes _native.c next to the .pyx; build_dir keeps it in build/.
+        build_dir="build/cython",
+    )
+)

@@ -1,0 +1,43 @@
+"""Shared fixtures: a store in a temporary directory with an injectable clock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dedupstore import DedupStore
+
+
+class FakeClock:
+    """A settable clock (seconds since the epoch), for leases and horizons."""
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def store(store_path: Path, clock: FakeClock) -> Iterator[DedupStore]:
+    s = DedupStore.open(store_path, clock=clock, partitions=2)
+    s.ensure_namespace("orders", horizon="1h", lease="30s")
+    try:
+        yield s
+    finally:
+        s.close()
