@@ -44,6 +44,17 @@ def claim_batch(
     write: bool,
 ) -> list[int]: ...
 
+def complete_batch(
+    spaces: list[Any],
+    order: list[int],
+    txn: Any,
+    keys: list[bytes],
+    tokens: list[int],
+    outcomes: list[bytes],
+    now: int,
+    results: list[Any],
+) -> None: ...
+
 @disjoint_base
 class Hasher:
     def __init__(self, secret: bytes) -> None: ...

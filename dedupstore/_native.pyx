@@ -540,3 +540,12 @@ def claim_batch(list spaces, list order, txn, list keys, list digests, int64_t n
         if res is None:
             todo.append(i)
     return todo
+
+
+def complete_batch(list spaces, list order, txn, list keys, list tokens, list outcomes, int64_t now,
+                   list results):
+    """Run completions ``order`` in one transaction; ``results[i]`` gets
+    (op code, raw record)."""
+    cdef Py_ssize_t i
+    for i in order:
+        results[i] = (<Space>spaces[i]).complete(txn, keys[i], tokens[i], outcomes[i], now)

@@ -529,33 +529,37 @@ class DedupStore:
         now = self._now_us()
         lease_us = ns.lease_us
         results: list[Any] = [None] * n
-        writes: list[tuple[_Partition, list[int]]] = []
+        writes: list[tuple[_Partition, Callable[[Any], Any]]] = []
         for p, order in groups.items():
             part = self._parts[p]
             with part.env.begin() as txn:
                 todo = _native.claim_batch(spaces, order, txn, kbs, digests, now, lease_us, ets, cl, results, False)
             if todo:
-                writes.append((part, todo))
-
-        def write(part: _Partition, todo: list[int]) -> None:
-            part.committer.run(
-                lambda txn: _native.claim_batch(spaces, todo, txn, kbs, digests, now, lease_us, ets, cl, results, True)
-            )
-
-        if len(writes) == 1:
-            write(*writes[0])
-        elif writes:
-            # Each partition's commit waits on its own fsync with the GIL
-            # released; running them side by side overlaps those waits.
-            futures = [self._executor().submit(write, part, todo) for part, todo in writes]
-            errors = [f.exception() for f in futures]
-            for err in errors:
-                if err is not None:
-                    raise err
+                writes.append(
+                    (part, functools.partial(
+                        _native.claim_batch, spaces, todo, keys=kbs, digests=digests, now=now, lease=lease_us,
+                        event_times=ets, claimant=cl, results=results, write=True,
+                    ))
+                )
+        self._write_partitions(writes)
         out = []
         for i in range(n):
             out.append(self._result(results[i], namespace, kbs[i], spaces[i].generation(now), now))
         return BatchResult(out)
+
+    def _write_partitions(self, writes: Sequence[tuple[_Partition, Callable[[Any], Any]]]) -> None:
+        """Run one write op per partition, each in that partition's group commit."""
+        if len(writes) == 1:
+            part, op = writes[0]
+            part.committer.run(op)
+        elif writes:
+            # Each partition's commit waits on its own fsync with the GIL
+            # released; running them side by side overlaps those waits.
+            futures = [self._executor().submit(part.committer.run, op) for part, op in writes]
+            errors = [f.exception() for f in futures]
+            for err in errors:
+                if err is not None:
+                    raise err
 
     def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:
@@ -572,13 +576,7 @@ class DedupStore:
         pidx = self._hasher.route(ns.config.prefix, kb, self._nparts)
         return ns, kb, tok, self._parts[pidx]
 
-    def complete(self, namespace: str, key: bytes | str, token: int, outcome: bytes | str = b"") -> Record:
-        """Record ``outcome`` for the effect and end the lease.
-
-        Raises :class:`LeaseLostError` (changing nothing) when ``token`` is not
-        the current lease. Repeating a successful call is a no-op.
-        """
-        ns, kb, tok, part = self._leased_op(namespace, key, token)
+    def _outcome(self, ns: _Namespace, namespace: str, outcome: object) -> bytes:
         if isinstance(outcome, str):
             outcome = outcome.encode("utf-8")
         elif isinstance(outcome, (bytearray, memoryview)):
@@ -590,16 +588,76 @@ class DedupStore:
                 f"outcome is {len(outcome)} bytes; namespace {namespace!r} allows at most "
                 f"max_outcome_bytes={ns.max_outcome}"
             )
+        return outcome
+
+    def complete(self, namespace: str, key: bytes | str, token: int, outcome: bytes | str = b"") -> Record:
+        """Record ``outcome`` for the effect and end the lease.
+
+        Raises :class:`LeaseLostError` (changing nothing) when ``token`` is not
+        the current lease. Repeating a successful call is a no-op.
+        """
+        ns, kb, tok, part = self._leased_op(namespace, key, token)
+        out = self._outcome(ns, namespace, outcome)
         space = ns.spaces[part.index]
         now = self._now_us()
-        rc, raw = part.committer.run(lambda txn: space.complete(txn, kb, tok, outcome, now))
+        rc, raw = part.committer.run(lambda txn: space.complete(txn, kb, tok, out, now))
+        return self._completed(namespace, kb, tok, rc, raw, space, now)
+
+    def _completed(
+        self, namespace: str, kb: bytes, tok: int, rc: int, raw: bytes | None, space: _native.Space, now: int
+    ) -> Record:
         if rc == _native.OP_LEASE_LOST:
             raise LeaseLostError(f"{namespace}/{kb!r}: token {tok} does not hold the lease; nothing was changed")
         if rc == _native.OP_OUTCOME_DIFFERS:
             raise LeaseLostError(
                 f"{namespace}/{kb!r}: already completed with token {tok} and a different outcome; nothing was changed"
             )
+        assert raw is not None
         return Record.from_raw(namespace, kb, space.generation(now), raw, now)
+
+    def complete_many(
+        self, namespace: str, items: Sequence[tuple[bytes | str, int, bytes | str]]
+    ) -> list[Record | LeaseLostError]:
+        """Complete many leases at once: ``items`` are (key, token, outcome).
+
+        One transaction per partition touched. Returns, in input order, the
+        completed Record or, for an item whose token does not hold the lease,
+        the LeaseLostError that ``complete`` would have raised (that item
+        changed nothing; the others are applied).
+        """
+        self._check()
+        ns = self._namespace(namespace)
+        n = len(items)
+        if n > MAX_BATCH:
+            raise InvalidInputError(f"complete_many takes at most {MAX_BATCH} items per call; got {n}")
+        kbs = [_native.key_bytes(k) for k, _, _ in items]
+        toks = [_token(t) for _, t, _ in items]
+        outs = [self._outcome(ns, namespace, o) for _, _, o in items]
+        route = self._hasher.route
+        prefix = ns.config.prefix
+        pidxs = [route(prefix, kb, self._nparts) for kb in kbs]
+        spaces = [ns.spaces[p] for p in pidxs]
+        groups: dict[int, list[int]] = {}
+        for i, p in enumerate(pidxs):
+            groups.setdefault(p, []).append(i)
+        now = self._now_us()
+        results: list[Any] = [None] * n
+        self._write_partitions(
+            [
+                (self._parts[p], functools.partial(
+                    _native.complete_batch, spaces, order, keys=kbs, tokens=toks, outcomes=outs, now=now,
+                    results=results,
+                ))
+                for p, order in groups.items()
+            ]
+        )
+        out: list[Record | LeaseLostError] = []
+        for i in range(n):
+            try:
+                out.append(self._completed(namespace, kbs[i], toks[i], results[i][0], results[i][1], spaces[i], now))
+            except LeaseLostError as exc:
+                out.append(exc)
+        return out
 
     def release(self, namespace: str, key: bytes | str, token: int) -> None:
         """Remove the claim: only when the caller knows no effect happened."""

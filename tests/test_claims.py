@@ -1,0 +1,350 @@
+"""One test per verdict and per token rule of SPEC section 3."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+from dedupstore import (
+    BatchResult,
+    DedupStore,
+    EffectNotRunError,
+    LeaseLostError,
+    RecordState,
+    Status,
+    UnknownNamespaceError,
+)
+from conftest import FakeClock
+
+NS = "orders"
+
+
+def test_new_then_duplicate_returns_recorded_outcome(store: DedupStore) -> None:
+    first = store.claim(NS, "order-1:v1", {"amount": 100})
+    assert first.status is Status.NEW
+    assert first.token is not None and first.outcome is None
+    store.complete(NS, "order-1:v1", first.token, b"credited:100")
+    again = store.claim(NS, "order-1:v1", {"amount": 100})
+    assert again.status is Status.DUPLICATE
+    assert again.outcome == b"credited:100"
+    assert again.token is None
+
+
+def test_conflict_shows_stored_record_and_mutates_nothing(store: DedupStore) -> None:
+    first = store.claim(NS, "k", {"amount": 100})
+    assert first.token is not None
+    store.complete(NS, "k", first.token, b"ok")
+    before = store.lookup(NS, "k")
+    res = store.claim(NS, "k", {"amount": 101}, event_id="evt-2", claimant="other")
+    assert res.status is Status.CONFLICT
+    assert res.token is None
+    assert res.record == before
+    assert store.lookup(NS, "k") == before
+
+
+def test_conflict_against_a_pending_record(store: DedupStore) -> None:
+    store.claim(NS, "k", b"intent-a")
+    assert store.claim(NS, "k", b"intent-b").status is Status.CONFLICT
+
+
+def test_none_intent_skips_the_check(store: DedupStore) -> None:
+    res = store.claim(NS, "k", {"amount": 1})
+    assert res.token is not None
+    store.complete(NS, "k", res.token)
+    assert store.claim(NS, "k").status is Status.DUPLICATE
+    res2 = store.claim(NS, "k2")
+    assert res2.token is not None
+    store.complete(NS, "k2", res2.token)
+    assert store.claim(NS, "k2", {"anything": True}).status is Status.DUPLICATE
+
+
+def test_in_progress_carries_retry_after(store: DedupStore, clock: FakeClock) -> None:
+    store.claim(NS, "k", lease="20s")
+    clock.advance(5)
+    res = store.claim(NS, "k")
+    assert res.status is Status.IN_PROGRESS
+    assert res.retry_after == pytest.approx(15.0)
+    assert res.token is None
+
+
+def test_expired_lease_is_unknown_with_a_new_fenced_token(store: DedupStore, clock: FakeClock) -> None:
+    first = store.claim(NS, "k")
+    clock.advance(31)
+    res = store.claim(NS, "k")
+    assert res.status is Status.UNKNOWN
+    assert res.token is not None and res.token != first.token
+    assert res.record is not None and res.record.attempts == 2
+    # The old holder is fenced out; the reconciler completes.
+    assert first.token is not None
+    with pytest.raises(LeaseLostError):
+        store.complete(NS, "k", first.token, b"late")
+    store.complete(NS, "k", res.token, b"reconciled")
+    assert store.claim(NS, "k").outcome == b"reconciled"
+
+
+def test_unknown_lease_also_expires_into_unknown(store: DedupStore, clock: FakeClock) -> None:
+    store.claim(NS, "k")
+    clock.advance(31)
+    assert store.claim(NS, "k").status is Status.UNKNOWN
+    clock.advance(31)
+    assert store.claim(NS, "k").status is Status.UNKNOWN
+
+
+def test_same_claimant_gets_its_own_lease_back(store: DedupStore, clock: FakeClock) -> None:
+    first = store.claim(NS, "k", claimant="worker-1")
+    clock.advance(1)
+    retry = store.claim(NS, "k", claimant="worker-1")
+    assert retry.status is Status.NEW
+    assert retry.token == first.token
+    other = store.claim(NS, "k", claimant="worker-2")
+    assert other.status is Status.IN_PROGRESS
+
+
+def test_same_claimant_after_unknown_gets_unknown_again(store: DedupStore, clock: FakeClock) -> None:
+    store.claim(NS, "k", claimant="w1")
+    clock.advance(31)
+    rec = store.claim(NS, "k", claimant="w2")
+    assert rec.status is Status.UNKNOWN
+    again = store.claim(NS, "k", claimant="w2")
+    assert again.status is Status.UNKNOWN and again.token == rec.token
+
+
+def test_same_claimant_after_expiry_is_unknown_not_new(store: DedupStore, clock: FakeClock) -> None:
+    store.claim(NS, "k", claimant="w1")
+    clock.advance(31)
+    assert store.claim(NS, "k", claimant="w1").status is Status.UNKNOWN
+
+
+def test_stale_token_raises_and_changes_nothing(store: DedupStore) -> None:
+    res = store.claim(NS, "k")
+    assert res.token is not None
+    before = store.lookup(NS, "k")
+    wrong = res.token + 1
+    with pytest.raises(LeaseLostError):
+        store.complete(NS, "k", wrong, b"x")
+    with pytest.raises(LeaseLostError):
+        store.release(NS, "k", wrong)
+    with pytest.raises(LeaseLostError):
+        store.renew(NS, "k", wrong)
+    assert store.lookup(NS, "k") == before
+
+
+def test_token_of_a_released_incarnation_is_stale(store: DedupStore) -> None:
+    old = store.claim(NS, "k")
+    assert old.token is not None
+    store.release(NS, "k", old.token)
+    new = store.claim(NS, "k")
+    assert new.status is Status.NEW and new.token != old.token
+    with pytest.raises(LeaseLostError):
+        store.complete(NS, "k", old.token)
+
+
+def test_repeated_complete_is_a_noop(store: DedupStore, clock: FakeClock) -> None:
+    res = store.claim(NS, "k")
+    assert res.token is not None
+    rec1 = store.complete(NS, "k", res.token, b"out")
+    clock.advance(3)
+    rec2 = store.complete(NS, "k", res.token, b"out")
+    assert rec1 == rec2 == store.lookup(NS, "k")
+    with pytest.raises(LeaseLostError, match="different outcome"):
+        store.complete(NS, "k", res.token, b"other")
+    assert store.lookup(NS, "k") == rec1
+
+
+def test_complete_after_expiry_while_nobody_else_claimed(store: DedupStore, clock: FakeClock) -> None:
+    res = store.claim(NS, "k")
+    assert res.token is not None
+    clock.advance(60)
+    store.complete(NS, "k", res.token, b"done")
+    assert store.claim(NS, "k").status is Status.DUPLICATE
+
+
+def test_release_lets_the_effect_be_claimed_again(store: DedupStore) -> None:
+    res = store.claim(NS, "k", {"a": 1})
+    assert res.token is not None
+    store.release(NS, "k", res.token)
+    assert store.lookup(NS, "k") is None
+    assert store.claim(NS, "k", {"a": 2}).status is Status.NEW
+    with pytest.raises(LeaseLostError):
+        store.release(NS, "k", res.token)
+
+
+def test_renew_extends_the_lease(store: DedupStore, clock: FakeClock) -> None:
+    res = store.claim(NS, "k")
+    assert res.token is not None
+    clock.advance(25)
+    rec = store.renew(NS, "k", res.token, lease="60s")
+    assert rec.lease_expires == pytest.approx(clock.now + 60)
+    clock.advance(40)
+    assert store.claim(NS, "k").status is Status.IN_PROGRESS
+    clock.advance(21)
+    assert store.claim(NS, "k").status is Status.UNKNOWN
+    with pytest.raises(LeaseLostError):
+        store.renew(NS, "k", res.token)
+
+
+def test_lookup_states(store: DedupStore, clock: FakeClock) -> None:
+    assert store.lookup(NS, "k") is None
+    res = store.claim(NS, "k", event_id="evt-1", event_time=clock.now - 5, claimant="w")
+    rec = store.lookup(NS, "k")
+    assert rec is not None and rec.state is RecordState.PENDING
+    assert rec.event_id == b"evt-1" and rec.claimant == b"w"
+    assert rec.event_time == pytest.approx(clock.now - 5)
+    assert rec.first_seen == pytest.approx(clock.now)
+    clock.advance(31)
+    rec = store.lookup(NS, "k")
+    assert rec is not None and rec.state is RecordState.UNKNOWN
+    assert res.token is not None
+    store.complete(NS, "k", res.token, b"o")
+    rec = store.lookup(NS, "k")
+    assert rec is not None and rec.state is RecordState.COMPLETED and rec.outcome == b"o"
+    assert rec.completed_at == pytest.approx(clock.now)
+    json.dumps(rec.to_dict())
+
+
+def test_event_id_evidence_counts_other_events(store: DedupStore) -> None:
+    res = store.claim(NS, "settle:w42:r91", event_id="evt-1")
+    assert res.token is not None
+    store.complete(NS, "settle:w42:r91", res.token, b"ok")
+    assert store.claim(NS, "settle:w42:r91", event_id="evt-1").status is Status.DUPLICATE
+    # A producer publishing the same effect under a second event id: still a
+    # duplicate, but counted apart and kept as evidence on the record.
+    assert store.claim(NS, "settle:w42:r91", event_id="evt-2").status is Status.DUPLICATE
+    rec = store.lookup(NS, "settle:w42:r91")
+    assert rec is not None and rec.other_events == 1 and rec.event_id == b"evt-1"
+    stats = store.stats()
+    assert stats["duplicates_same_event"] == 1
+    assert stats["repeats_other_event"] == 1
+
+
+def test_event_time_accepts_aware_datetime(store: DedupStore, clock: FakeClock) -> None:
+    when = dt.datetime.fromtimestamp(clock.now - 60, tz=dt.timezone.utc)
+    store.claim(NS, "k", event_time=when)
+    rec = store.lookup(NS, "k")
+    assert rec is not None and rec.event_time == pytest.approx(clock.now - 60)
+
+
+def test_beyond_horizon_before_the_frontier(store_path: object, clock: FakeClock) -> None:
+    # The frontier starts at the namespace's creation: evidence of anything
+    # first requested earlier may never have been recorded here.
+    with DedupStore.open(store_path, clock=clock) as s:  # type: ignore[arg-type]
+        s.ensure_namespace("payments", horizon="1h")
+        res = s.claim("payments", "p1", event_time=clock.now - 3600)
+        assert res.status is Status.BEYOND_HORIZON and res.token is not None
+        assert s.claim("payments", "p2", event_time=clock.now + 1).status is Status.NEW
+        assert s.claim("payments", "p3").status is Status.NEW  # no event_time: answers on evidence held
+        s.complete("payments", "p1", res.token, b"reconciled")
+        assert s.claim("payments", "p1", event_time=clock.now - 3600).status is Status.DUPLICATE
+        s.ensure_namespace("fresh", horizon="1h", empty_history=True)
+        assert s.claim("fresh", "p1", event_time=clock.now - 3600).status is Status.NEW
+
+
+def test_claim_many_in_input_order(store: DedupStore) -> None:
+    done = store.claim(NS, "b")
+    assert done.token is not None
+    store.complete(NS, "b", done.token, b"B")
+    keys = [f"key-{i}" for i in range(50)] + ["b", "key-3"]
+    batch = store.claim_many(NS, keys)
+    assert isinstance(batch, BatchResult) and len(batch) == len(keys)
+    assert [r.key for r in batch] == [k.encode() for k in keys]
+    assert batch[50].status is Status.DUPLICATE and batch[50].outcome == b"B"
+    assert batch[3].status is Status.NEW
+    # The repeated key in the same batch sees the first one's lease.
+    assert batch[51].status is Status.IN_PROGRESS
+    assert batch.counts()[Status.NEW] == 50
+    assert store.claim_many(NS, []).statuses == []
+
+
+def test_claim_many_with_intents_and_claimant(store: DedupStore) -> None:
+    batch = store.claim_many(NS, ["x", "y"], [{"a": 1}, None], claimant="w")
+    assert batch.statuses == [Status.NEW, Status.NEW]
+    again = store.claim_many(NS, ["x", "y"], [{"a": 2}, None], claimant="w")
+    assert again.statuses == [Status.CONFLICT, Status.NEW]
+    assert again[1].token == batch[1].token
+
+
+def test_unknown_namespace(store: DedupStore) -> None:
+    with pytest.raises(UnknownNamespaceError, match="ensure_namespace"):
+        store.claim("nope", "k")
+
+
+def test_unresolved_lists_pending_and_unknown(store: DedupStore, clock: FakeClock) -> None:
+    a = store.claim(NS, "a")
+    clock.advance(1)
+    store.claim(NS, "b")
+    c = store.claim(NS, "c")
+    assert c.token is not None and a.token is not None
+    store.complete(NS, "c", c.token)
+    clock.advance(29.5)
+    recs = store.unresolved(NS)
+    assert [r.key for r in recs] == [b"a", b"b"]
+    assert [r.state for r in recs] == [RecordState.UNKNOWN, RecordState.PENDING]
+    store.release(NS, "a", a.token)
+    assert [r.key for r in store.unresolved(NS)] == [b"b"]
+    assert store.stats()["namespaces"][NS]["unresolved"] == 1
+
+
+def test_idempotent_decorator(store: DedupStore) -> None:
+    calls: list[int] = []
+
+    @store.idempotent(NS, key=lambda order, amount: f"credit:{order}", intent=lambda order, amount: {"amount": amount})
+    def credit(order: str, amount: int) -> dict[str, int]:
+        calls.append(amount)
+        return {"credited": amount}
+
+    assert credit("o1", 100) == {"credited": 100}
+    assert credit("o1", 100) == {"credited": 100}
+    assert calls == [100]
+    with pytest.raises(EffectNotRunError) as info:
+        credit("o1", 200)
+    assert info.value.result.status is Status.CONFLICT
+
+
+def test_idempotent_keeps_the_lease_on_error_unless_declared(store: DedupStore, clock: FakeClock) -> None:
+    attempts: list[str] = []
+
+    @store.idempotent(NS, key=lambda k: k, release_on=(ConnectionRefusedError,))
+    def effect(k: str) -> None:
+        attempts.append(k)
+        raise TimeoutError("the provider did not answer") if k == "ambiguous" else ConnectionRefusedError()
+
+    with pytest.raises(TimeoutError):
+        effect("ambiguous")
+    with pytest.raises(EffectNotRunError) as info:
+        effect("ambiguous")
+    assert info.value.result.status is Status.IN_PROGRESS
+    clock.advance(31)
+    with pytest.raises(EffectNotRunError) as info:
+        effect("ambiguous")
+    assert info.value.result.status is Status.UNKNOWN
+    with pytest.raises(ConnectionRefusedError):
+        effect("refused")
+    with pytest.raises(ConnectionRefusedError):
+        effect("refused")  # released: runs again
+    assert attempts == ["ambiguous", "refused", "refused"]
+
+
+def test_stats_counts_verdicts(store: DedupStore) -> None:
+    res = store.claim(NS, "k")
+    store.claim(NS, "k")
+    stats = store.stats()
+    assert stats["verdicts"]["NEW"] == 1 and stats["verdicts"]["IN_PROGRESS"] == 1
+    assert sum(p["records"] for p in stats["partition_stats"]) == 1
+    assert res.token is not None
+    json.dumps(stats)
+
+
+def test_complete_many_applies_valid_items_and_reports_stale_ones(store: DedupStore) -> None:
+    batch = store.claim_many(NS, [f"k{i}" for i in range(20)])
+    items: list[tuple[bytes | str, int, bytes | str]] = [
+        (r.key, r.token, f"out{i}") for i, r in enumerate(batch) if r.token is not None
+    ]
+    items.append(("k0", 12345, b"stale"))
+    results = store.complete_many(NS, items)
+    assert len(results) == 21
+    assert all(not isinstance(r, Exception) for r in results[:20])
+    assert isinstance(results[20], LeaseLostError)
+    assert store.claim(NS, "k7").outcome == b"out7"
+    assert store.claim(NS, "k0").outcome == b"out0"

@@ -1,0 +1,208 @@
+"""Every input limit of SPEC section 7, checked on both sides of its edge."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+from conftest import FakeClock
+
+from dedupstore import (
+    DedupStore,
+    InvalidDurationError,
+    InvalidInputError,
+    InvalidIntentError,
+    InvalidKeyError,
+    InvalidNamespaceError,
+    InvalidTokenError,
+    LeaseLostError,
+    OutcomeTooLargeError,
+    ReplayWindowError,
+    ReplayWindowWarning,
+    Status,
+    StoreFullError,
+)
+
+NS = "orders"
+
+
+@pytest.mark.parametrize("name", ["a", "a" * 64, "orders.v1", "tenant-7_payments", "0abc"])
+def test_namespace_names_accepted(store: DedupStore, name: str) -> None:
+    store.ensure_namespace(name)
+
+
+@pytest.mark.parametrize("name", ["", "a" * 65, "Orders", "-orders", ".x", "a b", "ns/1", "é"])
+def test_namespace_names_refused(store: DedupStore, name: str) -> None:
+    with pytest.raises(InvalidNamespaceError, match=r"\[a-z0-9\]"):
+        store.ensure_namespace(name)
+
+
+def test_key_length_edges(store: DedupStore) -> None:
+    assert store.claim(NS, b"k" * 400).status is Status.NEW
+    assert store.claim(NS, "é" * 200).status is Status.NEW  # 400 UTF-8 bytes
+    with pytest.raises(InvalidKeyError, match="1..400 bytes; got 401"):
+        store.claim(NS, b"k" * 401)
+    with pytest.raises(InvalidKeyError, match="1..400 bytes; got 0"):
+        store.claim(NS, b"")
+    with pytest.raises(InvalidKeyError, match="bytes or str"):
+        store.claim(NS, 12345)  # type: ignore[arg-type]
+    with pytest.raises(InvalidKeyError, match="UTF-8"):
+        store.claim(NS, "\udc80")
+
+
+def test_key_limit_applies_to_every_method(store: DedupStore) -> None:
+    for call in (
+        lambda: store.lookup(NS, b"k" * 401),
+        lambda: store.complete(NS, b"k" * 401, 1),
+        lambda: store.release(NS, b"k" * 401, 1),
+        lambda: store.renew(NS, b"k" * 401, 1),
+        lambda: store.claim_many(NS, [b"ok", b"k" * 401]),
+    ):
+        with pytest.raises(InvalidKeyError, match="400"):
+            call()
+
+
+def test_intent_limits_through_the_store(store: DedupStore) -> None:
+    with pytest.raises(InvalidIntentError, match="finite"):
+        store.claim(NS, "k", {"amount": float("nan")})
+    with pytest.raises(InvalidIntentError, match="65536"):
+        store.claim(NS, "k", b"x" * 65536)
+    assert store.claim(NS, "k", b"x" * 65535).status is Status.NEW
+    with pytest.raises(InvalidIntentError, match="str, int, float, bool, None, list or dict"):
+        store.claim(NS, "k2", {"when": object()})
+    assert store.lookup(NS, "k2") is None
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [("1s", True), (1, True), ("0.5s", False), (0, False), (-1, False), ("12h", True), ("7d", True),
+     ("12 hours", False), ("", False), ("1e400s", False), (float("inf"), False), (True, False), ("100y", False)],
+)
+def test_horizon_edges(store: DedupStore, value: object, ok: bool) -> None:
+    if ok:
+        store.ensure_namespace("h", horizon=value)
+    else:
+        with pytest.raises(InvalidDurationError, match="horizon"):
+            store.ensure_namespace("h", horizon=value)
+
+
+def test_lease_edges(store: DedupStore) -> None:
+    assert store.claim(NS, "a", lease="1ms").status is Status.NEW
+    assert store.claim(NS, "b", lease="7d").status is Status.NEW
+    with pytest.raises(InvalidDurationError, match="at least 1ms"):
+        store.claim(NS, "c", lease="0.9ms")
+    with pytest.raises(InvalidDurationError, match="at most 1w"):
+        store.claim(NS, "d", lease=7 * 86400 + 1)
+    with pytest.raises(InvalidDurationError, match="lease"):
+        store.ensure_namespace("x", lease="soon")
+    assert store.lookup(NS, "c") is None and store.lookup(NS, "d") is None
+
+
+@pytest.mark.parametrize("token", [0, -1, 2**63, "123", 1.0, True, None])
+def test_invalid_tokens(store: DedupStore, token: object) -> None:
+    store.claim(NS, "k")
+    before = store.lookup(NS, "k")
+    with pytest.raises(InvalidTokenError, match=r"1..2\*\*63-1"):
+        store.complete(NS, "k", token)  # type: ignore[arg-type]
+    assert store.lookup(NS, "k") == before
+
+
+def test_largest_token_is_well_formed_but_stale(store: DedupStore) -> None:
+    store.claim(NS, "k")
+    with pytest.raises(LeaseLostError):
+        store.complete(NS, "k", 2**63 - 1)
+
+
+def test_outcome_size_edges(store: DedupStore) -> None:
+    store.ensure_namespace("small", max_outcome_bytes=16)
+    res = store.claim("small", "k")
+    assert res.token is not None
+    with pytest.raises(OutcomeTooLargeError, match="max_outcome_bytes=16"):
+        store.complete("small", "k", res.token, b"x" * 17)
+    rec = store.lookup("small", "k")
+    assert rec is not None and rec.state.name == "PENDING"  # the lease is still held
+    store.complete("small", "k", res.token, b"x" * 16)
+    assert store.claim("small", "k").outcome == b"x" * 16
+
+
+@pytest.mark.parametrize("value", [-1, 16 * 1024 * 1024 + 1, 1.5, "10"])
+def test_max_outcome_bytes_config_edges(store: DedupStore, value: object) -> None:
+    with pytest.raises(InvalidNamespaceError, match="max_outcome_bytes"):
+        store.ensure_namespace("x", max_outcome_bytes=value)  # type: ignore[arg-type]
+
+
+def test_claimant_and_event_id_edges(store: DedupStore) -> None:
+    assert store.claim(NS, "a", claimant="c" * 128, event_id="e" * 128).status is Status.NEW
+    with pytest.raises(InvalidInputError, match="claimant must be 1..128 bytes; got 129"):
+        store.claim(NS, "b", claimant="c" * 129)
+    with pytest.raises(InvalidInputError, match="event_id must be 1..128 bytes; got 129"):
+        store.claim(NS, "b", event_id="e" * 129)
+    with pytest.raises(InvalidInputError, match="event_time"):
+        store.claim(NS, "b", event_time=float("nan"))
+
+
+def test_claim_many_shape_errors(store: DedupStore) -> None:
+    with pytest.raises(InvalidInputError, match="one entry per key"):
+        store.claim_many(NS, ["a", "b"], [None])
+    with pytest.raises(InvalidInputError, match="one entry per key"):
+        store.claim_many(NS, ["a"], event_times=[])
+    with pytest.raises(InvalidInputError, match="at most 100000 keys"):
+        store.claim_many(NS, [b"k"] * 100_001)
+    assert store.lookup(NS, "a") is None
+
+
+@pytest.mark.parametrize("partitions", [0, 257, -1, True, 2.0])
+def test_partition_count_edges(tmp_path: Path, partitions: object) -> None:
+    with pytest.raises(InvalidInputError, match="1..256"):
+        DedupStore.open(tmp_path / "s", partitions=partitions)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("partitions", [1, 256])
+def test_partition_count_accepted(tmp_path: Path, partitions: int) -> None:
+    with DedupStore.open(tmp_path / "s", partitions=partitions, map_size=1 << 24) as s:
+        s.ensure_namespace("n")
+        assert s.claim("n", "k").status is Status.NEW
+
+
+def test_replay_window_longer_than_horizon_is_refused_with_figures(store: DedupStore) -> None:
+    with pytest.raises(ReplayWindowError, match="approved_replay reaches 1w but the horizon is 12h"):
+        store.ensure_namespace("pay", horizon="12h", replay_windows={"approved_replay": "7d"})
+    store.ensure_namespace("pay", horizon="7d", replay_windows={"approved_replay": "7d", "producer_retry": "1h"})
+
+
+def test_insisting_on_a_short_horizon_warns_and_is_recorded(store: DedupStore) -> None:
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        cfg = store.ensure_namespace(
+            "pay", horizon="12h", replay_windows={"approved_replay": "7d"}, allow_short_horizon=True
+        )
+    assert any(issubclass(w.category, ReplayWindowWarning) for w in seen)
+    assert cfg.allow_short_horizon
+    assert store.namespaces()["pay"].allow_short_horizon
+
+
+def test_fixed_namespace_fields_cannot_change(store: DedupStore) -> None:
+    store.ensure_namespace("n", intent_fields=["amount"])
+    with pytest.raises(InvalidInputError, match="intent_fields is fixed"):
+        store.ensure_namespace("n", intent_fields=["amount", "currency"])
+    cfg = store.ensure_namespace("n", horizon="2h", intent_fields=["amount"])
+    assert cfg.horizon == 7200
+
+
+def test_full_map_raises_and_keeps_what_was_committed(tmp_path: Path, clock: FakeClock) -> None:
+    path = tmp_path / "s"
+    committed: list[bytes] = []
+    with DedupStore.open(path, partitions=1, map_size=1 << 20, clock=clock) as s:
+        s.ensure_namespace("n", max_outcome_bytes=1 << 16)
+        with pytest.raises(StoreFullError, match="map size"):
+            for i in range(100_000):
+                key = f"key-{i:06d}".encode()
+                res = s.claim("n", key)
+                assert res.token is not None
+                s.complete("n", key, res.token, b"o" * 2000)
+                committed.append(key)
+        assert len(committed) > 100
+    with DedupStore.open(path, clock=clock) as s:
+        for key in committed:
+            assert s.claim("n", key).status is Status.DUPLICATE

@@ -1,0 +1,179 @@
+"""Opening, reopening, durability modes, and refusing what is not ours."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import lmdb
+import pytest
+from conftest import FakeClock
+
+from dedupstore import (
+    DedupStore,
+    InvalidInputError,
+    Status,
+    StoreClosedError,
+    StoreFormatError,
+)
+
+
+@pytest.mark.parametrize("durability", ["sync", "flush"])
+def test_state_survives_close_and_reopen(tmp_path: Path, clock: FakeClock, durability: str) -> None:
+    path = tmp_path / "s"
+    with DedupStore.open(path, durability=durability, clock=clock) as s:
+        s.ensure_namespace("n", horizon="2h", lease="10s", intent_fields=["amount"])
+        done = s.claim("n", "done", {"amount": 1})
+        assert done.token is not None
+        s.complete("n", "done", done.token, b"out")
+        pending = s.claim("n", "pending")
+        s.flush()
+    with DedupStore.open(path, durability=durability, clock=clock) as s:
+        cfg = s.namespaces()["n"]
+        assert cfg.horizon == 7200 and cfg.lease == 10 and cfg.intent_fields == ("amount",)
+        assert s.claim("n", "done", {"amount": 1, "note": "ignored"}).outcome == b"out"
+        assert s.claim("n", "pending").status is Status.IN_PROGRESS
+        assert pending.token is not None
+        s.complete("n", "pending", pending.token)
+        assert s.partitions == 4 and s.durability == durability
+
+
+def test_unknown_durability_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError, match="durability must be one of"):
+        DedupStore.open(tmp_path / "s", durability="async")
+
+
+def test_partition_count_is_fixed_at_creation(tmp_path: Path) -> None:
+    DedupStore.open(tmp_path / "s", partitions=3).close()
+    with pytest.raises(StoreFormatError, match="created with 3 partitions"):
+        DedupStore.open(tmp_path / "s", partitions=4)
+    with DedupStore.open(tmp_path / "s") as s:
+        assert s.partitions == 3
+
+
+def test_create_false_on_a_missing_store(tmp_path: Path) -> None:
+    with pytest.raises(StoreFormatError, match="create=False"):
+        DedupStore.open(tmp_path / "missing", create=False)
+
+
+def test_foreign_directory_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "notes.txt").write_text("not a store")
+    with pytest.raises(StoreFormatError, match="not a dedupstore store"):
+        DedupStore.open(tmp_path / "s")
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["notes.txt"]
+
+
+def test_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    with pytest.raises((StoreFormatError, FileExistsError)):
+        DedupStore.open(tmp_path / "f")
+
+
+def test_foreign_lmdb_environment_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "s" / "meta").mkdir(parents=True)
+    env = lmdb.open(str(tmp_path / "s" / "meta"), map_size=1 << 20)
+    with env.begin(write=True) as txn:
+        txn.put(b"someone", b"else")
+    env.close()
+    with pytest.raises(StoreFormatError, match="not a dedupstore"):
+        DedupStore.open(tmp_path / "s")
+
+
+def test_corrupt_meta_file_is_refused(tmp_path: Path) -> None:
+    DedupStore.open(tmp_path / "s").close()
+    data = tmp_path / "s" / "meta" / "data.mdb"
+    data.write_bytes(b"\x00garbage" * 4096)
+    with pytest.raises(StoreFormatError):
+        DedupStore.open(tmp_path / "s")
+
+
+def test_corrupt_partition_file_is_refused(tmp_path: Path) -> None:
+    DedupStore.open(tmp_path / "s", partitions=2).close()
+    (tmp_path / "s" / "p001" / "data.mdb").write_bytes(b"\xff" * 65536)
+    with pytest.raises(StoreFormatError):
+        DedupStore.open(tmp_path / "s")
+
+
+def _rewrite_format(path: Path, **changes: object) -> None:
+    env = lmdb.open(str(path / "meta"), map_size=1 << 20)
+    with env.begin(write=True) as txn:
+        data = json.loads(txn.get(b"format"))
+        data.update(changes)
+        txn.put(b"format", json.dumps(data).encode())
+    env.close()
+
+
+def test_other_format_version_is_refused_with_both_versions(tmp_path: Path) -> None:
+    DedupStore.open(tmp_path / "s").close()
+    _rewrite_format(tmp_path / "s", format_version=2)
+    with pytest.raises(StoreFormatError, match=r"format version 2; this dedupstore reads version 1"):
+        DedupStore.open(tmp_path / "s")
+
+
+def test_mixed_up_partition_directories_are_refused(tmp_path: Path) -> None:
+    DedupStore.open(tmp_path / "a", partitions=2).close()
+    DedupStore.open(tmp_path / "b", partitions=2).close()
+    (tmp_path / "a" / "p001").rename(tmp_path / "p001-a")
+    (tmp_path / "b" / "p001").rename(tmp_path / "a" / "p001")
+    with pytest.raises(StoreFormatError, match="directories were mixed up"):
+        DedupStore.open(tmp_path / "a")
+
+
+def test_unknown_record_version_is_refused_not_misread(tmp_path: Path, clock: FakeClock) -> None:
+    with DedupStore.open(tmp_path / "s", partitions=1, clock=clock) as s:
+        s.ensure_namespace("n")
+        s.claim("n", "k")
+    env = lmdb.open(str(tmp_path / "s" / "p000"), max_dbs=4, map_size=1 << 30)
+    records = env.open_db(b"records")
+    with env.begin(write=True) as txn:
+        key, value = next(iter(txn.cursor(db=records)))
+        txn.put(key, b"\x09" + value[1:], db=records)
+    env.close()
+    with DedupStore.open(tmp_path / "s", clock=clock) as s:
+        with pytest.raises(StoreFormatError, match="record format version 9"):
+            s.claim("n", "k")
+        with pytest.raises(StoreFormatError, match="record format version 9"):
+            s.lookup("n", "k")
+
+
+def test_closed_store_raises(tmp_path: Path) -> None:
+    s = DedupStore.open(tmp_path / "s")
+    s.ensure_namespace("n")
+    s.close()
+    s.close()  # idempotent
+    with pytest.raises(StoreClosedError):
+        s.claim("n", "k")
+    with pytest.raises(StoreClosedError):
+        s.stats()
+
+
+def test_constructor_is_not_the_way_in() -> None:
+    with pytest.raises(TypeError, match=r"DedupStore.open"):
+        DedupStore()
+
+
+@pytest.mark.parametrize("durability", ["sync", "flush"])
+def test_threads_share_commits_and_each_key_is_new_once(tmp_path: Path, durability: str) -> None:
+    with DedupStore.open(tmp_path / "s", durability=durability, partitions=2) as s:
+        s.ensure_namespace("n")
+        keys = [f"k{i}" for i in range(400)]
+        verdicts: list[list[Status]] = [[] for _ in range(8)]
+
+        def worker(i: int) -> None:
+            for k in keys[i::2] + keys:  # overlapping key sets, so threads race on every key
+                verdicts[i].append(s.claim("n", k).status)
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        new = sum(v.count(Status.NEW) for v in verdicts)
+        assert new == len(keys)
+        commits = sum(p["commits"] for p in s.stats()["partition_stats"])
+        ops = sum(p["ops_committed"] for p in s.stats()["partition_stats"])
+        # Racing claims that the snapshot saw as absent all reach the write
+        # path; with eight threads some of them must have shared a commit.
+        assert ops >= len(keys) and commits < ops
