@@ -54,6 +54,9 @@ def complete_batch(
     now: int,
     results: list[Any],
 ) -> None: ...
+def release_batch(
+    spaces: list[Any], order: list[int], txn: Any, keys: list[bytes], tokens: list[int], now: int, results: list[Any]
+) -> None: ...
 
 @disjoint_base
 class Hasher:

@@ -152,7 +152,9 @@ cdef int _put_string(ds_buf *b, str text) except -1:
 
 cdef int _canon(ds_buf *b, object o, int depth) except -1:
     cdef Py_ssize_t i
-    if depth > MAX_INTENT_DEPTH:
+    # Depth counts containers ({"a": 1} is one level): a scalar inside the
+    # deepest allowed container adds none.
+    if depth > MAX_INTENT_DEPTH and isinstance(o, (list, dict, Mapping)):
         raise InvalidIntentError(f"intent nesting must be at most {MAX_INTENT_DEPTH} levels deep")
     if o is None:
         return _check(b, ds_buf_put(b, b"null", 4))
@@ -170,7 +172,9 @@ cdef int _canon(ds_buf *b, object o, int depth) except -1:
             raise InvalidIntentError(f"intent numbers must be finite (NaN and infinities are rejected); got {o!r}")
         # 100.0 and 100 are the same amount: integral floats within the exact
         # range of a double are written as integers.
-        if (<float>o).is_integer() and abs(o) < 9007199254740992.0:
+        # float.is_integer on the double itself: a <float> cast would round to
+        # single precision first and turn 16777217.5 into "16777217".
+        if float.is_integer(o) and abs(o) < 9007199254740992.0:
             return _put_ascii(b, int.__repr__(int(o)))
         return _put_ascii(b, float.__repr__(o))
     if isinstance(o, (dict, Mapping)):
@@ -549,3 +553,10 @@ def complete_batch(list spaces, list order, txn, list keys, list tokens, list ou
     cdef Py_ssize_t i
     for i in order:
         results[i] = (<Space>spaces[i]).complete(txn, keys[i], tokens[i], outcomes[i], now)
+
+
+def release_batch(list spaces, list order, txn, list keys, list tokens, int64_t now, list results):
+    """Run releases ``order`` in one transaction; ``results[i]`` gets the op code."""
+    cdef Py_ssize_t i
+    for i in order:
+        results[i] = (<Space>spaces[i]).release(txn, keys[i], tokens[i], now)

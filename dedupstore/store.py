@@ -66,7 +66,7 @@ from .namespace import (
     generation_length,
 )
 from .units import parse_duration
-from .verdicts import STATUS_BY_CODE, BatchResult, ClaimResult, Record, Status
+from .verdicts import LEASED_CODES, STATUS_BY_CODE, BatchResult, ClaimResult, Record, Status
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -268,7 +268,7 @@ class DedupStore:
         self._ns: dict[str, _Namespace] = {}
         self._ns_lock = threading.Lock()
         self._counts_lock = threading.Lock()
-        self._counts = dict.fromkeys(Status, 0)
+        self._counts = [0] * len(STATUS_BY_CODE)  # by native status code
         self._same_event_duplicates = 0
         self._other_event_repeats = 0
         self._pool: ThreadPoolExecutor | None = None
@@ -430,21 +430,25 @@ class DedupStore:
 
     # ------------------------------------------------------------------- claims
 
-    def _count(self, status: Status, other_event: bool) -> None:
+    def _tally(self, rows: Iterable[tuple[Any, ...]]) -> None:
+        # One lock round per call, not per key: claim_many counts a whole batch at once.
         with self._counts_lock:
-            self._counts[status] += 1
-            if other_event:
-                self._other_event_repeats += 1
-            elif status is Status.DUPLICATE:
-                self._same_event_duplicates += 1
+            counts = self._counts
+            for res in rows:
+                code = res[0]
+                counts[code] += 1
+                if res[4]:
+                    self._other_event_repeats += 1
+                elif code == _native.DUPLICATE:
+                    self._same_event_duplicates += 1
 
-    def _result(self, res: tuple[Any, ...], namespace: str, kb: bytes, gen: int, now: int) -> ClaimResult:
-        status = STATUS_BY_CODE[res[0]]
-        self._count(status, res[4])
+    @staticmethod
+    def _result(res: tuple[Any, ...], namespace: str, kb: bytes, gen: int, now: int) -> ClaimResult:
+        code = res[0]
         return ClaimResult(
-            status,
-            res[1] if status.holds_lease else None,
-            res[2] / 1e6 if status is Status.IN_PROGRESS else None,
+            STATUS_BY_CODE[code],
+            res[1] if LEASED_CODES[code] else None,
+            res[2] / 1e6 if code == _native.IN_PROGRESS else None,
             namespace,
             kb,
             res[3],
@@ -486,6 +490,7 @@ class DedupStore:
             res = part.committer.run(
                 lambda txn: space.claim(txn, kb, digest, now, lease_us, et, cl, eid, True)
             )
+        self._tally((res,))
         return self._result(res, namespace, kb, space.generation(now), now)
 
     def claim_many(
@@ -542,10 +547,11 @@ class DedupStore:
                     ))
                 )
         self._write_partitions(writes)
-        out = []
-        for i in range(n):
-            out.append(self._result(results[i], namespace, kbs[i], spaces[i].generation(now), now))
-        return BatchResult(out)
+        self._tally(results)
+        result = self._result
+        return BatchResult(
+            [result(results[i], namespace, kbs[i], spaces[i].generation(now), now) for i in range(n)]
+        )
 
     def _write_partitions(self, writes: Sequence[tuple[_Partition, Callable[[Any], Any]]]) -> None:
         """Run one write op per partition, each in that partition's group commit."""
@@ -601,47 +607,55 @@ class DedupStore:
         space = ns.spaces[part.index]
         now = self._now_us()
         rc, raw = part.committer.run(lambda txn: space.complete(txn, kb, tok, out, now))
-        return self._completed(namespace, kb, tok, rc, raw, space, now)
-
-    def _completed(
-        self, namespace: str, kb: bytes, tok: int, rc: int, raw: bytes | None, space: _native.Space, now: int
-    ) -> Record:
-        if rc == _native.OP_LEASE_LOST:
-            raise LeaseLostError(f"{namespace}/{kb!r}: token {tok} does not hold the lease; nothing was changed")
-        if rc == _native.OP_OUTCOME_DIFFERS:
-            raise LeaseLostError(
-                f"{namespace}/{kb!r}: already completed with token {tok} and a different outcome; nothing was changed"
-            )
-        assert raw is not None
+        err = self._lease_error(namespace, kb, tok, rc)
+        if err is not None:
+            raise err
         return Record.from_raw(namespace, kb, space.generation(now), raw, now)
 
-    def complete_many(
-        self, namespace: str, items: Sequence[tuple[bytes | str, int, bytes | str]]
-    ) -> list[Record | LeaseLostError]:
-        """Complete many leases at once: ``items`` are (key, token, outcome).
+    @staticmethod
+    def _lease_error(namespace: str, kb: bytes, tok: int, rc: int) -> LeaseLostError | None:
+        if rc == _native.OP_LEASE_LOST:
+            return LeaseLostError(f"{namespace}/{kb!r}: token {tok} does not hold the lease; nothing was changed")
+        if rc == _native.OP_OUTCOME_DIFFERS:
+            return LeaseLostError(
+                f"{namespace}/{kb!r}: already completed with token {tok} and a different outcome; nothing was changed"
+            )
+        return None
 
-        One transaction per partition touched. Returns, in input order, the
-        completed Record or, for an item whose token does not hold the lease,
-        the LeaseLostError that ``complete`` would have raised (that item
-        changed nothing; the others are applied).
-        """
+    def _fan_out(
+        self, namespace: str, keys: Sequence[bytes | str], tokens: Sequence[object], what: str
+    ) -> tuple[_Namespace, list[bytes], list[int], list[_native.Space], dict[int, list[int]]]:
+        """Validate a batch of leased operations and group it by partition."""
         self._check()
         ns = self._namespace(namespace)
-        n = len(items)
-        if n > MAX_BATCH:
-            raise InvalidInputError(f"complete_many takes at most {MAX_BATCH} items per call; got {n}")
-        kbs = [_native.key_bytes(k) for k, _, _ in items]
-        toks = [_token(t) for _, t, _ in items]
-        outs = [self._outcome(ns, namespace, o) for _, _, o in items]
+        if len(keys) > MAX_BATCH:
+            raise InvalidInputError(f"{what} takes at most {MAX_BATCH} items per call; got {len(keys)}")
+        kbs = [_native.key_bytes(k) for k in keys]
+        toks = [_token(t) for t in tokens]
         route = self._hasher.route
         prefix = ns.config.prefix
         pidxs = [route(prefix, kb, self._nparts) for kb in kbs]
-        spaces = [ns.spaces[p] for p in pidxs]
         groups: dict[int, list[int]] = {}
         for i, p in enumerate(pidxs):
             groups.setdefault(p, []).append(i)
+        return ns, kbs, toks, [ns.spaces[p] for p in pidxs], groups
+
+    def complete_many(
+        self, namespace: str, items: Sequence[tuple[bytes | str, int, bytes | str]]
+    ) -> list[LeaseLostError | None]:
+        """Complete many leases at once: ``items`` are (key, token, outcome).
+
+        One transaction per partition touched. Returns, in input order, None
+        for each item applied and, for an item whose token does not hold the
+        lease, the LeaseLostError that ``complete`` would have raised (that
+        item changed nothing; the others are applied).
+        """
+        ns, kbs, toks, spaces, groups = self._fan_out(
+            namespace, [k for k, _, _ in items], [t for _, t, _ in items], "complete_many"
+        )
+        outs = [self._outcome(ns, namespace, o) for _, _, o in items]
         now = self._now_us()
-        results: list[Any] = [None] * n
+        results: list[Any] = [None] * len(items)
         self._write_partitions(
             [
                 (self._parts[p], functools.partial(
@@ -651,22 +665,34 @@ class DedupStore:
                 for p, order in groups.items()
             ]
         )
-        out: list[Record | LeaseLostError] = []
-        for i in range(n):
-            try:
-                out.append(self._completed(namespace, kbs[i], toks[i], results[i][0], results[i][1], spaces[i], now))
-            except LeaseLostError as exc:
-                out.append(exc)
-        return out
+        return [self._lease_error(namespace, kbs[i], toks[i], rc) for i, (rc, _) in enumerate(results)]
+
+    def release_many(self, namespace: str, items: Sequence[tuple[bytes | str, int]]) -> list[LeaseLostError | None]:
+        """Release many leases at once: ``items`` are (key, token). Results as
+        for :meth:`complete_many`."""
+        ns, kbs, toks, spaces, groups = self._fan_out(
+            namespace, [k for k, _ in items], [t for _, t in items], "release_many"
+        )
+        now = self._now_us()
+        results: list[Any] = [None] * len(items)
+        self._write_partitions(
+            [
+                (self._parts[p], functools.partial(
+                    _native.release_batch, spaces, order, keys=kbs, tokens=toks, now=now, results=results,
+                ))
+                for p, order in groups.items()
+            ]
+        )
+        return [self._lease_error(namespace, kbs[i], toks[i], rc) for i, rc in enumerate(results)]
 
     def release(self, namespace: str, key: bytes | str, token: int) -> None:
         """Remove the claim: only when the caller knows no effect happened."""
         ns, kb, tok, part = self._leased_op(namespace, key, token)
         space = ns.spaces[part.index]
         now = self._now_us()
-        rc = part.committer.run(lambda txn: space.release(txn, kb, tok, now))
-        if rc != _native.OP_APPLY:
-            raise LeaseLostError(f"{namespace}/{kb!r}: token {tok} does not hold the lease; nothing was changed")
+        err = self._lease_error(namespace, kb, tok, part.committer.run(lambda txn: space.release(txn, kb, tok, now)))
+        if err is not None:
+            raise err
 
     def renew(self, namespace: str, key: bytes | str, token: int, lease: float | str | None = None) -> Record:
         """Extend the lease to ``lease`` (default: the namespace's) from now."""
@@ -675,8 +701,9 @@ class DedupStore:
         space = ns.spaces[part.index]
         now = self._now_us()
         rc, raw = part.committer.run(lambda txn: space.renew(txn, kb, tok, now, lease_us))
-        if rc != _native.OP_APPLY:
-            raise LeaseLostError(f"{namespace}/{kb!r}: token {tok} does not hold the lease; nothing was changed")
+        err = self._lease_error(namespace, kb, tok, rc)
+        if err is not None:
+            raise err
         return Record.from_raw(namespace, kb, space.generation(now), raw, now)
 
     # ------------------------------------------------------------------ reading
@@ -722,7 +749,10 @@ class DedupStore:
         """Figures for operators: verdicts, commits, storage and per-namespace state."""
         self._check()
         with self._counts_lock:
-            verdicts = {s.name: n for s, n in self._counts.items()}
+            verdicts = {s.name: 0 for s in Status}
+            for code, n in enumerate(self._counts):
+                if code:
+                    verdicts[STATUS_BY_CODE[code].name] += n
             same, other = self._same_event_duplicates, self._other_event_repeats
         parts = []
         total_bytes = 0

@@ -39,6 +39,9 @@ STATUS_BY_CODE: tuple[Status, ...] = (
     Status.BEYOND_HORIZON,
 )
 
+#: Whether a native status code hands the caller a lease token.
+LEASED_CODES: tuple[bool, ...] = tuple(s in _LEASED for s in STATUS_BY_CODE)
+
 
 class RecordState(enum.Enum):
     """What a stored record says about its effect."""

@@ -6,6 +6,7 @@ import datetime as dt
 import json
 
 import pytest
+from conftest import FakeClock
 
 from dedupstore import (
     BatchResult,
@@ -16,7 +17,6 @@ from dedupstore import (
     Status,
     UnknownNamespaceError,
 )
-from conftest import FakeClock
 
 NS = "orders"
 
@@ -220,7 +220,7 @@ def test_event_id_evidence_counts_other_events(store: DedupStore) -> None:
 
 
 def test_event_time_accepts_aware_datetime(store: DedupStore, clock: FakeClock) -> None:
-    when = dt.datetime.fromtimestamp(clock.now - 60, tz=dt.timezone.utc)
+    when = dt.datetime.fromtimestamp(clock.now - 60, tz=dt.UTC)
     store.claim(NS, "k", event_time=when)
     rec = store.lookup(NS, "k")
     assert rec is not None and rec.event_time == pytest.approx(clock.now - 60)
@@ -344,7 +344,15 @@ def test_complete_many_applies_valid_items_and_reports_stale_ones(store: DedupSt
     items.append(("k0", 12345, b"stale"))
     results = store.complete_many(NS, items)
     assert len(results) == 21
-    assert all(not isinstance(r, Exception) for r in results[:20])
+    assert results[:20] == [None] * 20
     assert isinstance(results[20], LeaseLostError)
     assert store.claim(NS, "k7").outcome == b"out7"
     assert store.claim(NS, "k0").outcome == b"out0"
+
+
+def test_release_many(store: DedupStore) -> None:
+    batch = store.claim_many(NS, ["a", "b", "c"])
+    results = store.release_many(NS, [(r.key, r.token) for r in batch if r.token is not None] + [("a", 99)])
+    assert results[:3] == [None, None, None]
+    assert isinstance(results[3], LeaseLostError)
+    assert [store.lookup(NS, k) for k in "abc"] == [None, None, None]

@@ -7,12 +7,12 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from dedupstore.cli import EXIT_PLAN_INVALID, EXIT_USAGE, UsageError, complain, plan, size
+from dedupstore.cli import EXIT_PLAN_INVALID, EXIT_USAGE, UsageError, bench, complain, plan, size
 from dedupstore.errors import InvalidInputError
 from dedupstore.planning import InfeasiblePlanError
 
 #: Each verb is one module with ``register(verbs)``; add new verbs here.
-VERBS = (size, plan)
+VERBS = (size, plan, bench)
 
 
 class _Parser(argparse.ArgumentParser):
