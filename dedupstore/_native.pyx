@@ -406,6 +406,109 @@ cdef class Space:
         stored = int.from_bytes(raw, "little", signed=True)
         return stored if stored > self.initial_frontier else self.initial_frontier
 
+    def frontier(self, txn) -> int:
+        """The eviction frontier (microseconds) as committed in ``txn``'s snapshot."""
+        return self._frontier(txn.get)
+
+    def stored_oldest(self, txn) -> int:
+        """The oldest generation that may hold records, as ``txn`` sees it
+        (never below what this handle already knows)."""
+        cdef object raw = txn.get(b"O" + self.prefix, None, self.meta)
+        if raw is not None and _gen_of(raw) > self.oldest:
+            return _gen_of(raw)
+        return self.oldest
+
+    def advance_oldest(self, uint32_t gen) -> None:
+        """Stop probing generations below ``gen``: call only once the
+        transaction that emptied them has committed."""
+        if gen > self.oldest:
+            self.oldest = gen
+
+    def evict_step(self, txn, int64_t horizon, int64_t now, long budget):
+        """Evict, inside ``txn``, up to ``budget`` records of generations whose
+        every record is past ``horizon``, oldest generation first, then
+        completed records left in the pinned set.
+
+        Completed records are deleted; unresolved ones (the only evidence of an
+        effect in flight) are moved to the pinned generation instead. The
+        frontier is raised in the same transaction as the first deletion that
+        needs it, so it can never lag the evidence it describes, and never
+        moves backwards. Returns (deleted, pinned, budget_left, oldest): the
+        caller passes ``oldest`` to advance_oldest() after the commit."""
+        cdef object get = txn.get
+        cdef uint32_t oldest = self.stored_oldest(txn)
+        cdef uint32_t current = self.generation(now)
+        cdef int64_t frontier = self._frontier(get)
+        cdef int64_t gen_end, seen_end
+        cdef long deleted = 0, moved = 0, visits
+        cdef bytes start
+        cdef object k, v
+        cdef ds_record rec
+        cdef bint positioned
+        cur = txn.cursor(db=self.records)
+        while budget > 0 and oldest < current:
+            gen_end = (<int64_t>oldest + 1) * self.gen_len
+            if gen_end + horizon > now:
+                break
+            start = record_key(self.prefix, oldest, b"")
+            positioned = cur.set_range(start)
+            while positioned and budget > 0:
+                k = cur.key()
+                if not k.startswith(start):
+                    positioned = False
+                    break
+                v = cur.value()
+                _decode(v, &rec)
+                if rec.state == DS_STATE_COMPLETED:
+                    if frontier < gen_end:
+                        frontier = gen_end
+                        txn.put(self.frontier_key, int.to_bytes(frontier, 8, "little", signed=True), False, True, False,
+                                self.meta)
+                    deleted += 1
+                else:
+                    kb = k[C_KEY_PREFIX_BYTES:]
+                    txn.put(record_key(self.prefix, PINNED_GEN, kb), v, False, True, False, self.records)
+                    txn.put(self.prefix + kb, _gen_bytes(PINNED_GEN), False, True, False, self.pending)
+                    moved += 1
+                positioned = cur.delete()
+                budget -= 1
+            if positioned:
+                break  # budget spent inside this generation
+            oldest += 1
+            txn.put(b"O" + self.prefix, _gen_bytes(oldest), False, True, False, self.meta)
+        if budget > 0:
+            # No generation is due any more: sweep completed records out of the pinned set.
+            start = record_key(self.prefix, PINNED_GEN, b"")
+            positioned = cur.set_range(start)
+            visits = 8 * budget  # unresolved records stay; bound the time spent walking past them
+            while positioned and budget > 0 and visits > 0:
+                visits -= 1
+                k = cur.key()
+                if not k.startswith(start):
+                    break
+                v = cur.value()
+                _decode(v, &rec)
+                if rec.state == DS_STATE_COMPLETED and rec.first_seen + horizon <= now:
+                    seen_end = (rec.first_seen // self.gen_len + 1) * self.gen_len
+                    if frontier < seen_end:
+                        frontier = seen_end
+                        txn.put(self.frontier_key, int.to_bytes(frontier, 8, "little", signed=True), False, True, False,
+                                self.meta)
+                    positioned = cur.delete()
+                    deleted += 1
+                    budget -= 1
+                else:
+                    positioned = cur.next()
+        if deleted:
+            raw = get(b"E" + self.prefix, None, self.meta)
+            total = deleted + (0 if raw is None else int.from_bytes(raw, "little"))
+            txn.put(b"E" + self.prefix, total.to_bytes(8, "little"), False, True, False, self.meta)
+        return (deleted, moved, budget, oldest)
+
+    def evicted_total(self, txn) -> int:
+        cdef object raw = txn.get(b"E" + self.prefix, None, self.meta)
+        return 0 if raw is None else int.from_bytes(raw, "little")
+
     def lookup(self, txn, bytes key, int64_t now):
         """(generation, raw record) or None."""
         cdef uint32_t found = 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import json
+import logging
 import os
 import threading
 import time
@@ -74,6 +75,13 @@ MAX_CLAIMANT_BYTES = 128
 MAX_EVENT_ID_BYTES = 128
 MAX_BATCH = 100_000
 MAX_TOKEN = (1 << 63) - 1
+DEFAULT_EVICTION_RATE = 50_000.0
+DEFAULT_EVICTION_BATCH = 500
+MAX_EVICTION_RATE = 10_000_000.0
+MAX_EVICTION_BATCH = 100_000
+EVICTION_TICK_S = 0.1
+
+log = logging.getLogger("dedupstore")
 
 # One handle per store directory per process: two LMDB handles on one file in
 # one process break LMDB's locking (its docs forbid it), so a second open fails.
@@ -203,13 +211,18 @@ class DedupStore:
         create: bool = True,
         clock: Callable[[], float] | None = None,
         map_size: int = DEFAULT_MAP_SIZE,
+        eviction_rate: float = DEFAULT_EVICTION_RATE,
+        eviction_batch: int = DEFAULT_EVICTION_BATCH,
     ) -> DedupStore:
         """Open (or create) the store at ``path``.
 
         ``partitions`` is fixed when the store is created (default 4);
         ``durability`` is ``"sync"`` or ``"flush"`` (docs/guarantees.md);
         ``clock`` returns seconds since the epoch (default ``time.time``);
-        ``map_size`` is the most bytes one partition's file may grow to.
+        ``map_size`` is the most bytes one partition's file may grow to;
+        ``eviction_rate`` (entries per second; 0 turns the background thread
+        off, leaving eviction to :meth:`evict`) and ``eviction_batch`` (entries
+        per transaction) bound how fast records past their horizon are removed.
         """
         if durability not in DURABILITY:
             raise InvalidInputError(f"durability must be one of {sorted(DURABILITY)}; got {durability!r}")
@@ -219,6 +232,17 @@ class DedupStore:
             raise InvalidInputError(f"partitions must be an int in 1..{MAX_PARTITIONS}; got {partitions!r}")
         if isinstance(map_size, bool) or not isinstance(map_size, int) or map_size < 1 << 20:
             raise InvalidInputError(f"map_size must be an int of at least 1 MiB; got {map_size!r}")
+        if isinstance(eviction_rate, bool) or not isinstance(eviction_rate, (int, float)) or not (
+            0 <= eviction_rate <= MAX_EVICTION_RATE
+        ):
+            raise InvalidInputError(f"eviction_rate must be 0..{MAX_EVICTION_RATE:g} entries/s; got {eviction_rate!r}")
+        if isinstance(eviction_batch, bool) or not isinstance(eviction_batch, int) or not (
+            1 <= eviction_batch <= MAX_EVICTION_BATCH
+        ):
+            raise InvalidInputError(
+                f"eviction_batch must be an int in 1..{MAX_EVICTION_BATCH} entries per transaction; "
+                f"got {eviction_batch!r}"
+            )
         clock = clock or time.time
         root = Path(path)
         if create:
@@ -237,6 +261,7 @@ class DedupStore:
             _open_stores[ident] = weakref.ref(self)
         try:
             self._init(root, ident, partitions, durability, bloom, clock, map_size)
+            self._start_evictor(float(eviction_rate), eviction_batch)
         except BaseException:
             with _open_lock:
                 _open_stores.pop(ident, None)
@@ -272,6 +297,9 @@ class DedupStore:
         self._same_event_duplicates = 0
         self._other_event_repeats = 0
         self._pool: ThreadPoolExecutor | None = None
+        self._evict_batch = DEFAULT_EVICTION_BATCH
+        self._evictor: threading.Thread | None = None
+        self._stop = threading.Event()
         self._pid = os.getpid()
         _live.add(self)
 
@@ -311,6 +339,9 @@ class DedupStore:
         if self._dead == "closed":
             return
         forked = self._dead == "forked"
+        self._stop.set()
+        if self._evictor is not None and not forked and self._evictor is not threading.current_thread():
+            self._evictor.join()
         self._dead = "closed"
         if self._pool is not None:
             self._pool.shutdown(wait=True)
@@ -775,8 +806,13 @@ class DedupStore:
                 }
             )
         namespaces = {}
+        now = self._now_us()
         for name, cfg in self.namespaces().items():
-            namespaces[name] = {**cfg.describe(), "unresolved": self._count_pending(cfg.prefix)}
+            namespaces[name] = {
+                **cfg.describe(),
+                **self._eviction_stats(self._namespace(name), cfg, now),
+                "unresolved": self._count_pending(cfg.prefix),
+            }
         return {
             "path": str(self._root),
             "format_version": self._info.format_version,
@@ -790,6 +826,30 @@ class DedupStore:
             "namespaces": namespaces,
         }
 
+    def _eviction_stats(self, ns: _Namespace, cfg: NamespaceConfig, now: int) -> dict[str, Any]:
+        frontier = 0
+        evicted = 0
+        lag_us = 0
+        horizon_us = int(cfg.horizon * 1_000_000)
+        for part, space in zip(self._parts, ns.spaces, strict=True):
+            with part.env.begin() as txn:
+                frontier = max(frontier, space.frontier(txn))
+                evicted += space.evicted_total(txn)
+                oldest = space.stored_oldest(txn)
+                due_at = (oldest + 1) * cfg.generation_us + horizon_us
+                if due_at < now:
+                    cursor = txn.cursor(db=part.records)
+                    start = _native.record_key(cfg.prefix, oldest, b"")
+                    if cursor.set_range(start) and cursor.key().startswith(start):
+                        lag_us = max(lag_us, now - due_at)
+        return {
+            "frontier": frontier / 1e6,
+            "evicted": evicted,
+            # How long the oldest generation has been fully past its horizon
+            # and still present: 0 while eviction keeps up.
+            "eviction_lag_seconds": lag_us / 1e6,
+        }
+
     def _count_pending(self, prefix: bytes) -> int:
         n = 0
         for p in self._parts:
@@ -801,6 +861,69 @@ class DedupStore:
                             break
                         n += 1
         return n
+
+    # ----------------------------------------------------------------- eviction
+
+    def _start_evictor(self, rate: float, batch: int) -> None:
+        self._evict_batch = batch
+        if rate <= 0:
+            return
+        self._evictor = threading.Thread(
+            target=self._evict_loop, args=(rate,), name=f"dedupstore-evict:{self._root}", daemon=True
+        )
+        self._evictor.start()
+
+    def _evict_loop(self, rate: float) -> None:
+        # A token bucket refilled at `rate`, capped at one second's worth, so an
+        # idle spell cannot save up into a deletion storm later.
+        tokens = 0.0
+        last = time.monotonic()
+        while not self._stop.wait(EVICTION_TICK_S):
+            now = time.monotonic()
+            tokens = min(rate, tokens + rate * (now - last))
+            last = now
+            if tokens < 1:
+                continue
+            try:
+                done = self.evict(int(tokens))
+            except (StoreClosedError, ForkedStoreError):
+                return
+            except Exception:
+                log.exception("dedupstore: background eviction failed; retrying in %.1f s", EVICTION_TICK_S)
+                continue
+            tokens -= done["deleted"] + done["pinned"]
+
+    def evict(self, budget: int | None = None) -> dict[str, int]:
+        """Remove records past their namespace's horizon, at most ``budget`` of
+        them (default: all that are due), ``eviction_batch`` per transaction.
+
+        Whole generations are removed oldest first once every record in them
+        is past the horizon; unresolved records are moved to the pinned set
+        instead of deleted. Returns counts: ``deleted``, ``pinned``.
+        """
+        self._check()
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
+            raise InvalidInputError(f"budget must be a non-negative int or None; got {budget!r}")
+        totals = {"deleted": 0, "pinned": 0}
+        remaining = budget
+        now = self._now_us()
+        for name, cfg in self.namespaces().items():
+            ns = self._namespace(name)
+            horizon_us = int(cfg.horizon * 1_000_000)
+            for part, space in zip(self._parts, ns.spaces, strict=True):
+                while remaining is None or remaining > 0:
+                    step = self._evict_batch if remaining is None else min(self._evict_batch, remaining)
+                    deleted, pinned, left, oldest = part.committer.run(
+                        functools.partial(space.evict_step, horizon=horizon_us, now=now, budget=step)
+                    )
+                    space.advance_oldest(oldest)
+                    totals["deleted"] += deleted
+                    totals["pinned"] += pinned
+                    if remaining is not None:
+                        remaining -= step - left
+                    if left > 0:
+                        break  # nothing more is due in this partition
+        return totals
 
     # ---------------------------------------------------------------- decorator
 

@@ -1,0 +1,180 @@
+"""Retention: generations, rate-bounded eviction, the frontier and late replays (SPEC section 5)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from conftest import FakeClock
+
+from dedupstore import DedupStore, InvalidInputError, RecordState, Status
+
+HORIZON = 80.0  # seconds; generations are horizon/8 = 10 s
+GEN = 10.0
+
+
+def _open(path: Path, clock: FakeClock, **kw: object) -> DedupStore:
+    kw.setdefault("eviction_rate", 0)
+    kw.setdefault("partitions", 2)
+    store = DedupStore.open(path, clock=clock, **kw)  # type: ignore[arg-type]
+    store.ensure_namespace("n", horizon=f"{HORIZON:g}s", lease="5s")
+    return store
+
+
+def _fill(
+    store: DedupStore, clock: FakeClock, steps: int, per_step: int = 20, *, pending_every: int = 0
+) -> dict[str, float]:
+    """Claim and complete keys over `steps` generations; returns key -> first-seen time."""
+    seen: dict[str, float] = {}
+    for step in range(steps):
+        for i in range(per_step):
+            key = f"s{step}-k{i}"
+            res = store.claim("n", key, event_time=clock.now)
+            seen[key] = clock.now
+            if not (pending_every and i % pending_every == 0):
+                assert res.token is not None
+                store.complete("n", key, res.token, b"ok")
+        clock.advance(GEN)
+    return seen
+
+
+def test_records_live_at_least_the_horizon_and_not_much_longer(store_path: Path, clock: FakeClock) -> None:
+    with _open(store_path, clock) as s:
+        seen = _fill(s, clock, steps=30)
+        s.evict()
+        now = clock.now
+        for key, t in seen.items():
+            present = s.lookup("n", key) is not None
+            if now - t < HORIZON:
+                assert present, f"{key} first seen {now - t:.0f}s ago was evicted before its horizon"
+            if now - t >= HORIZON + GEN:
+                assert not present, f"{key} first seen {now - t:.0f}s ago outlived horizon + generation"
+
+
+def test_late_replay_beyond_the_frontier_is_not_new(store_path: Path, clock: FakeClock) -> None:
+    with _open(store_path, clock) as s:
+        start = clock.now
+        _fill(s, clock, steps=30)
+        assert s.evict()["deleted"] > 0
+        # The original was evicted; the producer's event time betrays the replay.
+        res = s.claim("n", "s0-k1", event_time=start + 1)
+        assert res.status is Status.BEYOND_HORIZON and res.token is not None
+        # Without event_time the store can only answer on the evidence it holds.
+        assert s.claim("n", "s1-k1").status is Status.NEW
+        # An event time after the frontier is an ordinary new effect.
+        frontier = s.stats()["namespaces"]["n"]["frontier"]
+        assert s.claim("n", "fresh", event_time=frontier + 1).status is Status.NEW
+
+
+def test_unresolved_records_are_never_evicted(store_path: Path, clock: FakeClock) -> None:
+    with _open(store_path, clock) as s:
+        _fill(s, clock, steps=30, pending_every=10)
+        done = s.evict()
+        assert done["pinned"] > 0
+        assert s.lookup("n", "s0-k0") is not None
+        unresolved = {r.key for r in s.unresolved("n")}
+        assert b"s0-k0" in unresolved and b"s0-k10" in unresolved
+        assert all(r.state is RecordState.UNKNOWN for r in s.unresolved("n") if r.first_seen < clock.now - 10)
+        res = s.claim("n", "s0-k0")
+        assert res.status is Status.UNKNOWN and res.token is not None
+        s.complete("n", "s0-k0", res.token, b"reconciled")
+        assert s.claim("n", "s0-k0").outcome == b"reconciled"
+        # Once completed, a pinned record is past its horizon and goes at the next pass.
+        s.evict()
+        assert s.lookup("n", "s0-k0") is None
+        assert b"s0-k0" not in {r.key for r in s.unresolved("n")}
+
+
+def test_frontier_survives_reopen_and_never_moves_back(store_path: Path, clock: FakeClock) -> None:
+    with _open(store_path, clock) as s:
+        start = clock.now
+        _fill(s, clock, steps=30)
+        s.evict()
+        frontier = s.stats()["namespaces"]["n"]["frontier"]
+        assert frontier > start
+    with _open(store_path, clock) as s:
+        assert s.stats()["namespaces"]["n"]["frontier"] == frontier
+        assert s.claim("n", "s0-k3", event_time=start).status is Status.BEYOND_HORIZON
+        clock.advance(-1000)  # a clock stepping back must not pull the frontier back
+        s.evict()
+        assert s.stats()["namespaces"]["n"]["frontier"] == frontier
+
+
+def test_eviction_budget_and_steps_keep_invariants(store_path: Path, clock: FakeClock) -> None:
+    with _open(store_path, clock, eviction_batch=7) as s:
+        seen = _fill(s, clock, steps=30, per_step=30)
+        last_frontier = 0.0
+        total = 0
+        while True:
+            done = s.evict(25)
+            assert done["deleted"] + done["pinned"] <= 25
+            total += done["deleted"]
+            frontier = s.stats()["namespaces"]["n"]["frontier"]
+            assert frontier >= last_frontier
+            last_frontier = frontier
+            # Nothing within its horizon is ever gone, whatever step we are at.
+            for key, t in list(seen.items())[::37]:
+                if clock.now - t < HORIZON:
+                    assert s.lookup("n", key) is not None
+            if done["deleted"] + done["pinned"] == 0:
+                break
+        assert total == s.stats()["namespaces"]["n"]["evicted"] > 0
+
+
+def test_stats_report_eviction_lag_until_eviction_runs(store_path: Path, clock: FakeClock) -> None:
+    with _open(store_path, clock) as s:
+        _fill(s, clock, steps=30)
+        before = s.stats()["namespaces"]["n"]
+        assert before["eviction_lag_seconds"] > 0 and before["evicted"] == 0
+        s.evict()
+        after = s.stats()["namespaces"]["n"]
+        assert after["eviction_lag_seconds"] == 0 and after["evicted"] > 0
+
+
+def test_background_thread_evicts(store_path: Path, clock: FakeClock) -> None:
+    with _open(store_path, clock, eviction_rate=100_000) as s:
+        seen = _fill(s, clock, steps=30)
+        oldest = min(seen, key=seen.__getitem__)
+        deadline = time.monotonic() + 20
+        while s.lookup("n", oldest) is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert s.lookup("n", oldest) is None
+
+
+def test_disk_footprint_plateaus_under_steady_load(store_path: Path, clock: FakeClock) -> None:
+    with _open(store_path, clock, partitions=1) as s:
+
+        def run(horizons: int) -> int:
+            for _ in range(horizons * 8):
+                batch = s.claim_many("n", [f"{clock.now}-{i}" for i in range(300)])
+                s.complete_many("n", [(r.key, r.token, b"outcome") for r in batch if r.token is not None])
+                clock.advance(GEN)
+                s.evict()
+            return int(s.stats()["bytes_used"])
+
+        run(2)
+        warm = run(3)
+        later = run(6)
+        # Freed pages are reused: six more horizons of the same load must not
+        # grow the file beyond noise.
+        assert later <= warm * 1.25, (warm, later)
+
+
+def test_horizon_change_applies_to_eviction(store_path: Path, clock: FakeClock) -> None:
+    with _open(store_path, clock) as s:
+        seen = _fill(s, clock, steps=12)
+        s.ensure_namespace("n", horizon="1h", lease="5s")
+        assert s.evict()["deleted"] == 0
+        assert all(s.lookup("n", k) is not None for k in list(seen)[:5])
+
+
+@pytest.mark.parametrize(("rate", "batch"), [(-1, 10), (1e12, 10), (10, 0), (10, 10**6), (True, 10)])
+def test_eviction_settings_are_checked(tmp_path: Path, rate: float, batch: int) -> None:
+    with pytest.raises(InvalidInputError, match="eviction_"):
+        DedupStore.open(tmp_path / "s", eviction_rate=rate, eviction_batch=batch)
+
+
+def test_evict_budget_is_checked(store: DedupStore) -> None:
+    with pytest.raises(InvalidInputError, match="budget"):
+        store.evict(-1)
