@@ -1,5 +1,6 @@
 #include "ds_decide.h"
 
+#include <assert.h>
 #include <string.h>
 
 static int same_bytes(const uint8_t *a, uint32_t alen, const uint8_t *b, uint32_t blen)
@@ -31,6 +32,7 @@ static ds_status origin_status(const ds_record *r)
 
 void ds_claim_decide(const ds_record *cur, const ds_claim_req *req, ds_record *next, ds_claim_out *out)
 {
+    assert(req->lease > 0 && req->fresh_token != 0);
     memset(out, 0, sizeof *out);
     if (cur == NULL) {
         /* No evidence. If the producer says the effect was requested before the

@@ -1,5 +1,6 @@
 #include "ds_record.h"
 
+#include <assert.h>
 #include <string.h>
 
 static inline void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
@@ -27,6 +28,11 @@ size_t ds_record_size(const ds_record *r)
 
 size_t ds_record_encode(const ds_record *r, uint8_t *out)
 {
+    /* The binding checks these limits at the edge; a record that breaks them
+     * here would be silently truncated on disk. */
+    assert(r->claimant_len <= UINT16_MAX && r->event_id_len <= UINT16_MAX);
+    assert(r->state == DS_STATE_PENDING || r->state == DS_STATE_COMPLETED);
+    assert((r->flags & ~DS_F_KNOWN) == 0);
     out[0] = DS_RECORD_VERSION;
     out[1] = r->state;
     out[2] = r->flags;
