@@ -40,7 +40,7 @@ case "$cmd" in
         ;;
     test)
         setup '.[test]'
-        "$VENV/bin/ruff" check dedupstore tests benches
+        "$VENV/bin/ruff" check .
         "$VENV/bin/mypy"
         # From tests/, so the installed package (with its compiled _native), not
         # the source tree, is what gets imported and checked.
