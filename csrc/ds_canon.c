@@ -57,7 +57,8 @@ int ds_buf_put_byte(ds_buf *b, uint8_t c)
 int ds_buf_put_json_string(ds_buf *b, const uint8_t *s, size_t len)
 {
     static const char hex[] = "0123456789abcdef";
-    /* Worst case every byte becomes \u00XX: reserve once, then write freely. */
+    /* Reserve for the common case (nothing to escape) up front; escapes are
+     * rare and each write below re-checks the limit anyway. */
     int rc = reserve(b, 2 + len);
     if (rc != DS_BUF_OK)
         return rc;

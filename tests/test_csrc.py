@@ -1,0 +1,80 @@
+"""Build and run the C engine's own unit tests (csrc/tests/test_engine.c).
+
+The engine is plain C, so its tests compile with nothing but a C compiler; under
+ASan/UBSan where the toolchain has them, so an out-of-bounds read in the record
+codec or a signed overflow in the decision table fails here rather than in
+production. The paths come from this file's location, not from the installed
+package: the sources are not installed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+CSRC = Path(__file__).resolve().parent.parent / "csrc"
+TEST_SOURCE = CSRC / "tests" / "test_engine.c"
+
+BASE_FLAGS = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g"]
+# Recovering from a UBSan report would only print it; make every report fatal.
+SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
+SANITIZER_ENV = {
+    "ASAN_OPTIONS": "abort_on_error=0:halt_on_error=1:detect_leaks=1:exitcode=99",
+    "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1:exitcode=98",
+}
+
+
+def _compiler() -> str:
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip("no C compiler (cc, gcc or clang) on PATH: the C engine's unit tests cannot be built")
+    return cc
+
+
+def _sanitizers_work(cc: str, tmp_path: Path) -> bool:
+    """Whether a sanitized program both links and runs here: the runtime may be
+    missing, or (LeakSanitizer under ptrace, some containers) refuse to start."""
+    probe = tmp_path / "probe.c"
+    probe.write_text("#include <stdlib.h>\nint main(void) { void *p = malloc(8); free(p); return 0; }\n")
+    exe = tmp_path / "probe"
+    build = subprocess.run(
+        [cc, *BASE_FLAGS, *SANITIZE_FLAGS, str(probe), "-o", str(exe)], capture_output=True, text=True
+    )
+    if build.returncode != 0:
+        return False
+    run = subprocess.run([str(exe)], capture_output=True, text=True, env={**os.environ, **SANITIZER_ENV}, timeout=60)
+    return run.returncode == 0
+
+
+def test_c_engine_unit_tests(tmp_path: Path) -> None:
+    cc = _compiler()
+    sources = sorted(CSRC.glob("ds_*.c"))
+    # The four engine files the extension is built from; an empty glob would
+    # "pass" by linking nothing, so insist they are all there.
+    assert {p.name for p in sources} >= {"ds_hash.c", "ds_canon.c", "ds_record.c", "ds_decide.c"}, sources
+    assert TEST_SOURCE.is_file(), TEST_SOURCE
+
+    sanitized = _sanitizers_work(cc, tmp_path)
+    flags = BASE_FLAGS + (SANITIZE_FLAGS if sanitized else [])
+    exe = tmp_path / "test_engine"
+    build = subprocess.run(
+        [cc, *flags, f"-I{CSRC}", str(TEST_SOURCE), *map(str, sources), "-o", str(exe)],
+        capture_output=True,
+        text=True,
+    )
+    assert build.returncode == 0, f"compiling the C tests failed:\n{build.stdout}{build.stderr}"
+
+    env = {**os.environ, **SANITIZER_ENV} if sanitized else None
+    run = subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=300)
+    report = f"sanitizers: {'on' if sanitized else 'off'}\nstdout:\n{run.stdout}\nstderr:\n{run.stderr}"
+    lines = run.stdout.strip().splitlines()
+    assert lines, f"the C test program printed nothing\n{report}"
+    last = lines[-1]
+    passed, _, failed = last.partition(" passed, ")
+    assert failed == "0 failed", f"C engine tests failed: {last}\n{report}"
+    assert passed.isdigit() and int(passed) > 0, f"unexpected summary line {last!r}\n{report}"
+    assert run.returncode == 0, f"the C test program exited {run.returncode}\n{report}"
