@@ -281,6 +281,15 @@ def decode_record(bytes raw) -> tuple:
     )
 
 
+def record_outcome(bytes raw):
+    """The outcome bytes of a COMPLETED record, else None (without decoding the rest into objects)."""
+    cdef ds_record r
+    _decode(raw, &r)
+    if r.state != DS_STATE_COMPLETED:
+        return None
+    return PyBytes_FromStringAndSize(<char *>r.outcome, r.outcome_len)
+
+
 # ---------------------------------------------------------------------------
 # LMDB keys: namespace id (u16 BE) | generation (u32 BE) | business key.
 # Big-endian so one namespace's generations sort together, oldest first, and a
@@ -324,6 +333,38 @@ def split_record_key(bytes lkey) -> tuple:
     )
 
 
+cdef bytes _pending_key(bytes prefix, int64_t first_seen, bytes key):
+    # Namespace, then first-seen time, then key: new entries append at the end
+    # of their namespace's range (one hot page per commit, not one random page
+    # per claim), and a walk lists unresolved effects oldest first.
+    cdef Py_ssize_t klen = PyBytes_GET_SIZE(key)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, 10 + klen)
+    cdef uint8_t *p = <uint8_t *>PyBytes_AS_STRING(out)
+    cdef uint64_t t = (<uint64_t>first_seen) ^ (<uint64_t>1 << 63)  # sign bit flipped: numeric order
+    cdef int i
+    memcpy(p, PyBytes_AS_STRING(prefix), 2)
+    for i in range(8):
+        p[2 + i] = <uint8_t>(t >> (56 - 8 * i))
+    memcpy(p + 10, PyBytes_AS_STRING(key), klen)
+    return out
+
+
+def pending_key(bytes prefix, int64_t first_seen, bytes key) -> bytes:
+    return _pending_key(prefix, first_seen, key)
+
+
+def split_pending_key(bytes pkey) -> tuple:
+    """(namespace id, first_seen, business key) of a pending-index key."""
+    cdef const uint8_t *p = <const uint8_t *>PyBytes_AS_STRING(pkey)
+    cdef uint64_t t = 0
+    cdef int i
+    if PyBytes_GET_SIZE(pkey) <= 10:
+        raise StoreFormatError("a pending-index key is shorter than its prefix")
+    for i in range(8):
+        t = (t << 8) | p[2 + i]
+    return ((p[0] << 8) | p[1], <int64_t>(t ^ (<uint64_t>1 << 63)), pkey[10:])
+
+
 cdef inline uint32_t _gen_of(bytes g):
     cdef const uint8_t *p = <const uint8_t *>PyBytes_AS_STRING(g)
     if PyBytes_GET_SIZE(g) != 4:
@@ -346,7 +387,7 @@ cdef class Space:
     lookup must probe. Held by the store; cheap to use on every request."""
 
     cdef public object records     # py-lmdb database handle: ns|gen|key -> record
-    cdef public object pending     # ns|key -> gen of every PENDING record
+    cdef public object pending     # ns|first_seen|key -> gen of every PENDING record
     cdef public object meta
     cdef public bytes prefix       # namespace id, 2 bytes big-endian
     cdef public bytes frontier_key
@@ -468,7 +509,8 @@ cdef class Space:
                 else:
                     kb = k[C_KEY_PREFIX_BYTES:]
                     txn.put(record_key(self.prefix, PINNED_GEN, kb), v, False, True, False, self.records)
-                    txn.put(self.prefix + kb, _gen_bytes(PINNED_GEN), False, True, False, self.pending)
+                    txn.put(_pending_key(self.prefix, rec.first_seen, kb), _gen_bytes(PINNED_GEN), False, True, False,
+                            self.pending)
                     moved += 1
                 positioned = cur.delete()
                 budget -= 1
@@ -521,8 +563,10 @@ cdef class Space:
     def claim(self, txn, bytes key, object digest, int64_t now, int64_t lease, int64_t event_time,
               object claimant, object event_id, bint write):
         """Decide a claim. Returns (status, token, retry_after_us, raw_record,
-        other_event, wrote), or None when ``write`` is false and the verdict
-        needs a write (the caller retries in a write transaction)."""
+        other_event, wrote, generation), or None when ``write`` is false and
+        the verdict needs a write (the caller retries in a write transaction).
+        ``generation`` is where the record lives, which for an old key is not
+        the current one."""
         cdef ds_record cur, nxt
         cdef ds_claim_req req
         cdef ds_claim_out out
@@ -558,76 +602,70 @@ cdef class Space:
             _set_gen(kb, top)
             stored = _encode(&nxt)
             txn.put(kb, stored, False, True, False, self.records)
-            txn.put(self.prefix + key, _gen_bytes(top), False, True, False, self.pending)
-            return (out.status, out.token, 0, stored, False, True)
+            txn.put(_pending_key(self.prefix, now, key), _gen_bytes(top), False, True, False, self.pending)
+            return (out.status, out.token, 0, stored, False, True, top)
 
         _decode(raw, &cur)
         req.fresh_token = ds_next_token(&_token_state)
         ds_claim_decide(&cur, &req, &nxt, &out)
         if out.write == DS_WRITE_NONE:
-            return (out.status, out.token, out.retry_after, raw, False, False)
+            return (out.status, out.token, out.retry_after, raw, False, False, found)
         if not write:
             return None
         stored = _encode(&nxt)
         txn.put(kb, stored, False, True, False, self.records)
-        return (out.status, out.token, out.retry_after, stored, bool(out.other_event), True)
-
-    cdef object _find_pending(self, object get, bytes key, int64_t now, bytes kb):
-        # The pending index names the generation directly; completed records
-        # are found by probing, since they are rarely touched again.
-        cdef object g = get(self.prefix + key, None, self.pending)
-        cdef uint32_t found = 0
-        if g is not None:
-            _set_gen(kb, _gen_of(g))
-            return get(kb, None, self.records)
-        return self._find(get, kb, self._top(now), &found)
+        return (out.status, out.token, out.retry_after, stored, bool(out.other_event), True, found)
 
     def complete(self, txn, bytes key, uint64_t token, bytes outcome, int64_t now):
-        """(op code, raw record after)."""
+        """(op code, raw record after, generation it lives in)."""
         cdef ds_record cur, nxt
         cdef bytes kb = _new_key(self.prefix, key)
         cdef object get = txn.get
-        cdef object raw = self._find_pending(get, key, now, kb)
+        cdef uint32_t found = 0
+        cdef object raw = self._find(get, kb, self._top(now), &found)
         cdef int rc
         cdef bytes stored
         if raw is None:
-            return (DS_OP_LEASE_LOST, None)
+            return (DS_OP_LEASE_LOST, None, 0)
         _decode(raw, &cur)
         rc = ds_complete_decide(&cur, token, <const uint8_t *>PyBytes_AS_STRING(outcome),
                                 <uint32_t>PyBytes_GET_SIZE(outcome), now, &nxt)
         if rc != DS_OP_APPLY:
-            return (rc, raw)
+            return (rc, raw, found)
         stored = _encode(&nxt)
         txn.put(kb, stored, False, True, False, self.records)
-        txn.delete(self.prefix + key, b"", self.pending)
-        return (rc, stored)
+        txn.delete(_pending_key(self.prefix, cur.first_seen, key), b"", self.pending)
+        return (rc, stored, found)
 
     def release(self, txn, bytes key, uint64_t token, int64_t now):
         cdef ds_record cur
         cdef bytes kb = _new_key(self.prefix, key)
-        cdef object raw = self._find_pending(txn.get, key, now, kb)
+        cdef uint32_t found = 0
+        cdef object raw = self._find(txn.get, kb, self._top(now), &found)
         if raw is None:
             return DS_OP_LEASE_LOST
         _decode(raw, &cur)
         if ds_release_decide(&cur, token) != DS_OP_APPLY:
             return DS_OP_LEASE_LOST
         txn.delete(kb, b"", self.records)
-        txn.delete(self.prefix + key, b"", self.pending)
+        txn.delete(_pending_key(self.prefix, cur.first_seen, key), b"", self.pending)
         return DS_OP_APPLY
 
     def renew(self, txn, bytes key, uint64_t token, int64_t now, int64_t lease):
+        """(op code, raw record after, generation it lives in)."""
         cdef ds_record cur, nxt
         cdef bytes kb = _new_key(self.prefix, key)
-        cdef object raw = self._find_pending(txn.get, key, now, kb)
+        cdef uint32_t found = 0
+        cdef object raw = self._find(txn.get, kb, self._top(now), &found)
         cdef bytes stored
         if raw is None:
-            return (DS_OP_LEASE_LOST, None)
+            return (DS_OP_LEASE_LOST, None, 0)
         _decode(raw, &cur)
         if ds_renew_decide(&cur, token, now, lease, &nxt) != DS_OP_APPLY:
-            return (DS_OP_LEASE_LOST, raw)
+            return (DS_OP_LEASE_LOST, raw, found)
         stored = _encode(&nxt)
         txn.put(kb, stored, False, True, False, self.records)
-        return (DS_OP_APPLY, stored)
+        return (DS_OP_APPLY, stored, found)
 
 
 def claim_batch(list spaces, list order, txn, list keys, list digests, int64_t now, int64_t lease,
@@ -636,23 +674,32 @@ def claim_batch(list spaces, list order, txn, list keys, list digests, int64_t n
     storing each verdict tuple at ``results[i]``; with ``write`` false, indexes
     that need a write are left as None and returned."""
     cdef list todo = []
+    cdef set deferred = set()
     cdef Py_ssize_t i
     cdef Space space
     cdef int64_t et
     for i in order:
+        if deferred and keys[i] in deferred:
+            # An earlier claim of this key in the batch will write: this one is
+            # decided after it in the write pass, as if claimed after it returned,
+            # not from a snapshot that predates it.
+            results[i] = None
+            todo.append(i)
+            continue
         space = <Space>spaces[i]
         et = DS_NO_TIME if event_times is None or event_times[i] is None else event_times[i]
         res = space.claim(txn, keys[i], digests[i], now, lease, et, claimant, None, write)
         results[i] = res
         if res is None:
             todo.append(i)
+            deferred.add(keys[i])
     return todo
 
 
 def complete_batch(list spaces, list order, txn, list keys, list tokens, list outcomes, int64_t now,
                    list results):
     """Run completions ``order`` in one transaction; ``results[i]`` gets
-    (op code, raw record)."""
+    (op code, raw record, generation)."""
     cdef Py_ssize_t i
     for i in order:
         results[i] = (<Space>spaces[i]).complete(txn, keys[i], tokens[i], outcomes[i], now)
@@ -663,3 +710,4 @@ def release_batch(list spaces, list order, txn, list keys, list tokens, int64_t 
     cdef Py_ssize_t i
     for i in order:
         results[i] = (<Space>spaces[i]).release(txn, keys[i], tokens[i], now)
+
