@@ -41,8 +41,10 @@ def check_name(name: object) -> str:
 def generation_length(horizon_s: float) -> int:
     """Generation length in microseconds for a horizon: an eighth of it, within 1 s..1 h.
 
-    Short generations keep the insert region small and hot; at most about nine
-    live generations keep the number of probes for an absent key small.
+    Short generations keep the insert region small and hot; few generations
+    keep the probes for an absent key few. A horizon up to 8 h has about nine
+    live generations; past that the 1 h cap adds one per hour (a 12 h horizon
+    has 13), and the Bloom prefilter is what keeps their probes cheap.
     """
     return int(min(max(horizon_s / 8.0, 1.0), 3600.0) * 1_000_000)
 

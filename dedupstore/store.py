@@ -522,7 +522,7 @@ class DedupStore:
                 lambda txn: space.claim(txn, kb, digest, now, lease_us, et, cl, eid, True)
             )
         self._tally((res,))
-        return self._result(res, namespace, kb, space.generation(now), now)
+        return self._result(res, namespace, kb, res[6], now)
 
     def claim_many(
         self,
@@ -581,7 +581,7 @@ class DedupStore:
         self._tally(results)
         result = self._result
         return BatchResult(
-            [result(results[i], namespace, kbs[i], spaces[i].generation(now), now) for i in range(n)]
+            [result(res, namespace, kbs[i], res[6], now) for i, res in enumerate(results)]
         )
 
     def _write_partitions(self, writes: Sequence[tuple[_Partition, Callable[[Any], Any]]]) -> None:
@@ -637,11 +637,11 @@ class DedupStore:
         out = self._outcome(ns, namespace, outcome)
         space = ns.spaces[part.index]
         now = self._now_us()
-        rc, raw = part.committer.run(lambda txn: space.complete(txn, kb, tok, out, now))
+        rc, raw, gen = part.committer.run(lambda txn: space.complete(txn, kb, tok, out, now))
         err = self._lease_error(namespace, kb, tok, rc)
         if err is not None:
             raise err
-        return Record.from_raw(namespace, kb, space.generation(now), raw, now)
+        return Record.from_raw(namespace, kb, gen, raw, now)
 
     @staticmethod
     def _lease_error(namespace: str, kb: bytes, tok: int, rc: int) -> LeaseLostError | None:
@@ -696,7 +696,7 @@ class DedupStore:
                 for p, order in groups.items()
             ]
         )
-        return [self._lease_error(namespace, kbs[i], toks[i], rc) for i, (rc, _) in enumerate(results)]
+        return [self._lease_error(namespace, kbs[i], toks[i], rc) for i, (rc, *_) in enumerate(results)]
 
     def release_many(self, namespace: str, items: Sequence[tuple[bytes | str, int]]) -> list[LeaseLostError | None]:
         """Release many leases at once: ``items`` are (key, token). Results as
@@ -731,11 +731,11 @@ class DedupStore:
         lease_us = ns.lease_us if lease is None else _lease_us(lease)
         space = ns.spaces[part.index]
         now = self._now_us()
-        rc, raw = part.committer.run(lambda txn: space.renew(txn, kb, tok, now, lease_us))
+        rc, raw, gen = part.committer.run(lambda txn: space.renew(txn, kb, tok, now, lease_us))
         err = self._lease_error(namespace, kb, tok, rc)
         if err is not None:
             raise err
-        return Record.from_raw(namespace, kb, space.generation(now), raw, now)
+        return Record.from_raw(namespace, kb, gen, raw, now)
 
     # ------------------------------------------------------------------ reading
 
@@ -768,7 +768,7 @@ class DedupStore:
                     if not k.startswith(prefix):
                         break
                     gen = int.from_bytes(g, "big")
-                    kb = k[2:]
+                    _, _, kb = _native.split_pending_key(k)
                     raw = txn.get(_native.record_key(prefix, gen, kb), db=part.records)
                     if raw is None:
                         raise StoreFormatError(f"pending index names {namespace}/{kb!r} but its record is missing")

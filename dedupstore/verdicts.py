@@ -164,10 +164,11 @@ class ClaimResult:
 
     @property
     def outcome(self) -> bytes | None:
-        if self.status is not Status.DUPLICATE:
+        if self.status is not Status.DUPLICATE or self._raw is None:
             return None
-        rec = self.record
-        return None if rec is None else rec.outcome
+        if self._record is not None:
+            return self._record.outcome
+        return _native.record_outcome(self._raw)
 
     @property
     def holds_lease(self) -> bool:
