@@ -12,7 +12,7 @@ from setuptools import Extension, setup
 DEBUG = os.environ.get("DEDUPSTORE_DEBUG_BUILD", "") not in ("", "0")
 STRICT = os.environ.get("DEDUPSTORE_STRICT_BUILD", "") not in ("", "0")
 
-CSRC = ["csrc/ds_hash.c", "csrc/ds_canon.c", "csrc/ds_record.c", "csrc/ds_decide.c"]
+CSRC = ["csrc/ds_hash.c", "csrc/ds_canon.c", "csrc/ds_record.c", "csrc/ds_decide.c", "csrc/ds_bloom.c"]
 
 compile_args = ["-std=c11", "-Wall", "-Wextra", "-Wno-unused-function", "-Wno-unused-parameter"]
 if DEBUG:

@@ -413,9 +413,11 @@ cdef class Space:
             return 0
         return <uint32_t>(now // self.gen_len)
 
-    cdef object _find(self, object get, bytes kb, uint32_t top, uint32_t *found):
-        """Probe generations newest first, then the pinned set; kb ends up
-        holding the key of the hit."""
+    cdef object _find(self, object txn, bytes kb, uint32_t top, uint32_t *found, bint ahead=True):
+        """Probe generations newest first, then the pinned set, then (with
+        ``ahead``) generations newer than ``top``; kb ends up holding the key
+        of the hit."""
+        cdef object get = txn.get
         cdef uint32_t g = top
         cdef object raw
         while True:
@@ -431,7 +433,37 @@ cdef class Space:
         raw = get(kb, None, self.records)
         if raw is not None:
             found[0] = PINNED_GEN
-        return raw
+            return raw
+        if ahead:
+            # Another process whose clock already reads a later generation (its
+            # `now` was read after ours, or ours is stale from waiting for the
+            # writer lock) may have written this key there. Only a miss pays.
+            g = self._newest_on_disk(txn)
+            while g > top:
+                _set_gen(kb, g)
+                raw = get(kb, None, self.records)
+                if raw is not None:
+                    found[0] = g
+                    return raw
+                g -= 1
+        return None
+
+    cdef uint32_t _newest_on_disk(self, object txn) except? 0:
+        """The newest generation (the pinned set aside) holding any record of
+        this namespace in ``txn``'s snapshot, or 0."""
+        cdef object k
+        cdef bint positioned
+        with txn.cursor(self.records) as cur:
+            if cur.set_range(record_key(self.prefix, PINNED_GEN, b"")):
+                positioned = cur.prev()
+            else:
+                positioned = cur.last()
+            if not positioned:
+                return 0
+            k = cur.key()
+        if len(k) <= C_KEY_PREFIX_BYTES or k[:2] != self.prefix:
+            return 0
+        return _gen_of(k[2:C_KEY_PREFIX_BYTES])
 
     cdef inline uint32_t _top(self, int64_t now):
         cdef uint32_t g = self.generation(now)
@@ -555,7 +587,7 @@ cdef class Space:
         """(generation, raw record) or None."""
         cdef uint32_t found = 0
         cdef bytes kb = _new_key(self.prefix, key)
-        raw = self._find(txn.get, kb, self._top(now), &found)
+        raw = self._find(txn, kb, self._top(now), &found)
         if raw is None:
             return None
         return (found, raw)
@@ -574,7 +606,9 @@ cdef class Space:
         cdef object get = txn.get
         cdef bytes kb = _new_key(self.prefix, key)
         cdef uint32_t top = self._top(now)
-        cdef object raw = self._find(get, kb, top, &found)
+        # The read-only pass need not look ahead: its miss is decided again in
+        # the write pass, which must.
+        cdef object raw = self._find(txn, kb, top, &found, write)
         cdef bytes stored
 
         memset(&req, 0, sizeof(req))
@@ -620,9 +654,8 @@ cdef class Space:
         """(op code, raw record after, generation it lives in)."""
         cdef ds_record cur, nxt
         cdef bytes kb = _new_key(self.prefix, key)
-        cdef object get = txn.get
         cdef uint32_t found = 0
-        cdef object raw = self._find(get, kb, self._top(now), &found)
+        cdef object raw = self._find(txn, kb, self._top(now), &found)
         cdef int rc
         cdef bytes stored
         if raw is None:
@@ -641,7 +674,7 @@ cdef class Space:
         cdef ds_record cur
         cdef bytes kb = _new_key(self.prefix, key)
         cdef uint32_t found = 0
-        cdef object raw = self._find(txn.get, kb, self._top(now), &found)
+        cdef object raw = self._find(txn, kb, self._top(now), &found)
         if raw is None:
             return DS_OP_LEASE_LOST
         _decode(raw, &cur)
@@ -656,7 +689,7 @@ cdef class Space:
         cdef ds_record cur, nxt
         cdef bytes kb = _new_key(self.prefix, key)
         cdef uint32_t found = 0
-        cdef object raw = self._find(txn.get, kb, self._top(now), &found)
+        cdef object raw = self._find(txn, kb, self._top(now), &found)
         cdef bytes stored
         if raw is None:
             return (DS_OP_LEASE_LOST, None, 0)
@@ -711,3 +744,4 @@ def release_batch(list spaces, list order, txn, list keys, list tokens, int64_t 
     for i in order:
         results[i] = (<Space>spaces[i]).release(txn, keys[i], tokens[i], now)
 
+include "_bloom.pxi"
