@@ -349,6 +349,11 @@ cdef bytes _pending_key(bytes prefix, int64_t first_seen, bytes key):
     return out
 
 
+def bloom_key(bytes prefix, uint32_t gen) -> bytes:
+    """Partition-meta key of the persisted filter of (namespace, generation)."""
+    return b"B" + prefix + _gen_bytes(gen)
+
+
 def pending_key(bytes prefix, int64_t first_seen, bytes key) -> bytes:
     return _pending_key(prefix, first_seen, key)
 
@@ -382,6 +387,9 @@ cdef bytes _gen_bytes(uint32_t gen):
     return out
 
 
+include "_bloom.pxi"
+
+
 cdef class Space:
     """One namespace inside one partition: the databases and the generations a
     lookup must probe. Held by the store; cheap to use on every request."""
@@ -395,13 +403,24 @@ cdef class Space:
     cdef public uint32_t oldest    # oldest generation that may hold records
     cdef public uint32_t newest    # newest generation seen written
     cdef public int64_t initial_frontier
+    cdef public dict blooms        # generation -> BloomFilter of its keys (sealed generations only)
+    cdef public bytes gens_key
+    cdef Hasher hasher
+    # How often a filter let a probe be skipped, and how often it said "maybe".
+    cdef public unsigned long long bloom_skips
+    cdef public unsigned long long bloom_maybes
 
     def __init__(self, records, pending, meta, bytes prefix, int64_t gen_len, uint32_t oldest,
-                 int64_t initial_frontier):
+                 int64_t initial_frontier, Hasher hasher):
         self.records = records
         self.pending = pending
         self.meta = meta
         self.prefix = prefix
+        self.hasher = hasher
+        self.blooms = {}
+        self.gens_key = b"G" + prefix
+        self.bloom_skips = 0
+        self.bloom_maybes = 0
         self.frontier_key = b"F" + prefix
         self.gen_len = gen_len
         self.oldest = oldest
@@ -413,19 +432,33 @@ cdef class Space:
             return 0
         return <uint32_t>(now // self.gen_len)
 
-    cdef object _find(self, object txn, bytes kb, uint32_t top, uint32_t *found, bint ahead=True):
-        """Probe generations newest first, then the pinned set, then (with
-        ``ahead``) generations newer than ``top``; kb ends up holding the key
-        of the hit."""
-        cdef object get = txn.get
+    cdef object _find(self, object get, bytes kb, uint32_t top, uint32_t *found):
+        """Probe generations from ``top`` down, then the pinned set; kb ends up
+        holding the key of the hit. A sealed generation whose filter rules the
+        key out is skipped; a "maybe" is always confirmed in LMDB."""
         cdef uint32_t g = top
-        cdef object raw
+        cdef object raw, bf
+        cdef uint64_t h = 0
+        cdef bint hashed = False
+        cdef dict blooms = self.blooms
         while True:
-            _set_gen(kb, g)
-            raw = get(kb, None, self.records)
-            if raw is not None:
-                found[0] = g
-                return raw
+            bf = blooms.get(g) if blooms else None
+            if bf is not None:
+                if not hashed:
+                    h = ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(kb) + C_KEY_PREFIX_BYTES,
+                                     PyBytes_GET_SIZE(kb) - C_KEY_PREFIX_BYTES)
+                    hashed = True
+                if ds_bloom_maybe(&(<BloomFilter>bf).b, h):
+                    self.bloom_maybes += 1
+                else:
+                    self.bloom_skips += 1
+                    bf = False
+            if bf is not False:
+                _set_gen(kb, g)
+                raw = get(kb, None, self.records)
+                if raw is not None:
+                    found[0] = g
+                    return raw
             if g <= self.oldest:
                 break
             g -= 1
@@ -433,37 +466,79 @@ cdef class Space:
         raw = get(kb, None, self.records)
         if raw is not None:
             found[0] = PINNED_GEN
-            return raw
-        if ahead:
-            # Another process whose clock already reads a later generation (its
-            # `now` was read after ours, or ours is stale from waiting for the
-            # writer lock) may have written this key there. Only a miss pays.
-            g = self._newest_on_disk(txn)
-            while g > top:
-                _set_gen(kb, g)
-                raw = get(kb, None, self.records)
-                if raw is not None:
-                    found[0] = g
-                    return raw
-                g -= 1
-        return None
+        return raw
 
-    cdef uint32_t _newest_on_disk(self, object txn) except? 0:
-        """The newest generation (the pinned set aside) holding any record of
-        this namespace in ``txn``'s snapshot, or 0."""
-        cdef object k
-        cdef bint positioned
-        with txn.cursor(self.records) as cur:
-            if cur.set_range(record_key(self.prefix, PINNED_GEN, b"")):
-                positioned = cur.prev()
-            else:
-                positioned = cur.last()
-            if not positioned:
-                return 0
-            k = cur.key()
-        if len(k) <= C_KEY_PREFIX_BYTES or k[:2] != self.prefix:
-            return 0
-        return _gen_of(k[2:C_KEY_PREFIX_BYTES])
+    cdef uint32_t _reach(self, object get, int64_t now, uint32_t *newest_written) except? 0:
+        """The generation probes start from, and new records go to.
+
+        It is this clock's generation, unless another process (whose ``now``
+        was read later, say after we waited for the writer lock) already wrote
+        into a newer one, or that generation is sealed (its filter is final, so
+        no key may be added to it). Both facts live in one meta entry, so this
+        costs one lookup."""
+        cdef uint32_t top = self._top(now)
+        cdef object raw = get(self.gens_key, None, self.meta)
+        cdef const uint8_t *p
+        cdef uint32_t sealed1, newest
+        newest_written[0] = 0
+        if raw is None:
+            return top
+        if PyBytes_GET_SIZE(raw) != 8:
+            raise StoreFormatError("a generation-state entry is corrupt")
+        p = <const uint8_t *>PyBytes_AS_STRING(raw)
+        sealed1 = (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
+        newest = (<uint32_t>p[4] << 24) | (<uint32_t>p[5] << 16) | (<uint32_t>p[6] << 8) | p[7]
+        newest_written[0] = newest
+        if newest > top:
+            top = newest
+        if sealed1 > top:  # sealed1 is the first unsealed generation
+            top = sealed1
+        return top
+
+    cdef int _set_gens(self, object txn, uint32_t sealed1, uint32_t newest) except -1:
+        txn.put(self.gens_key, _gen_bytes(sealed1) + _gen_bytes(newest), False, True, False, self.meta)
+        return 0
+
+    def generation_state(self, txn) -> tuple:
+        """(first unsealed generation, newest generation written) as committed; zeros when unset."""
+        cdef object raw = txn.get(self.gens_key, None, self.meta)
+        if raw is None:
+            return (0, 0)
+        return (_gen_of(raw[:4]), _gen_of(raw[4:]))
+
+    def seal(self, txn, uint32_t gen) -> int:
+        """Seal every generation up to ``gen``: no key is added to them any
+        more, so a filter built from one stays complete. Returns the first
+        unsealed generation."""
+        sealed1, newest = self.generation_state(txn)
+        if gen + 1 > sealed1:
+            sealed1 = gen + 1
+            self._set_gens(txn, sealed1, newest)
+        return sealed1
+
+    def build_bloom(self, txn, uint32_t gen, double fp_rate, uint64_t tag):
+        """A filter of every key stored in generation ``gen`` (two cursor
+        passes: count, then add), or None when it holds no record."""
+        cdef bytes start = record_key(self.prefix, gen, b"")
+        cdef Py_ssize_t n = 0
+        cdef BloomFilter bf
+        cdef bytes k
+        cur = txn.cursor(db=self.records)
+        if cur.set_range(start):
+            for k in cur.iternext(keys=True, values=False):
+                if not k.startswith(start):
+                    break
+                n += 1
+        if n == 0:
+            return None
+        bf = BloomFilter(n, fp_rate, tag)
+        cur.set_range(start)
+        for k in cur.iternext(keys=True, values=False):
+            if not k.startswith(start):
+                break
+            ds_bloom_add(&bf.b, ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(k) + C_KEY_PREFIX_BYTES,
+                                             PyBytes_GET_SIZE(k) - C_KEY_PREFIX_BYTES))
+        return bf
 
     cdef inline uint32_t _top(self, int64_t now):
         cdef uint32_t g = self.generation(now)
@@ -496,6 +571,8 @@ cdef class Space:
         transaction that emptied them has committed."""
         if gen > self.oldest:
             self.oldest = gen
+            for g in [g for g in self.blooms if g < gen]:
+                del self.blooms[g]
 
     def evict_step(self, txn, int64_t horizon, int64_t now, long budget):
         """Evict, inside ``txn``, up to ``budget`` records of generations whose
@@ -548,6 +625,7 @@ cdef class Space:
                 budget -= 1
             if positioned:
                 break  # budget spent inside this generation
+            txn.delete(bloom_key(self.prefix, oldest), b"", self.meta)
             oldest += 1
             txn.put(b"O" + self.prefix, _gen_bytes(oldest), False, True, False, self.meta)
         if budget > 0:
@@ -585,9 +663,10 @@ cdef class Space:
 
     def lookup(self, txn, bytes key, int64_t now):
         """(generation, raw record) or None."""
-        cdef uint32_t found = 0
+        cdef uint32_t found = 0, newest = 0
         cdef bytes kb = _new_key(self.prefix, key)
-        raw = self._find(txn, kb, self._top(now), &found)
+        cdef object get = txn.get
+        raw = self._find(get, kb, self._reach(get, now, &newest), &found)
         if raw is None:
             return None
         return (found, raw)
@@ -602,13 +681,11 @@ cdef class Space:
         cdef ds_record cur, nxt
         cdef ds_claim_req req
         cdef ds_claim_out out
-        cdef uint32_t found = 0
+        cdef uint32_t found = 0, newest = 0
         cdef object get = txn.get
         cdef bytes kb = _new_key(self.prefix, key)
-        cdef uint32_t top = self._top(now)
-        # The read-only pass need not look ahead: its miss is decided again in
-        # the write pass, which must.
-        cdef object raw = self._find(txn, kb, top, &found, write)
+        cdef uint32_t top = self._reach(get, now, &newest)
+        cdef object raw = self._find(get, kb, top, &found)
         cdef bytes stored
 
         memset(&req, 0, sizeof(req))
@@ -637,6 +714,9 @@ cdef class Space:
             stored = _encode(&nxt)
             txn.put(kb, stored, False, True, False, self.records)
             txn.put(_pending_key(self.prefix, now, key), _gen_bytes(top), False, True, False, self.pending)
+            if top > newest:
+                sealed1, _ = self.generation_state(txn)
+                self._set_gens(txn, sealed1, top)
             return (out.status, out.token, 0, stored, False, True, top)
 
         _decode(raw, &cur)
@@ -655,7 +735,8 @@ cdef class Space:
         cdef ds_record cur, nxt
         cdef bytes kb = _new_key(self.prefix, key)
         cdef uint32_t found = 0
-        cdef object raw = self._find(txn, kb, self._top(now), &found)
+        cdef uint32_t newest = 0
+        cdef object raw = self._find(txn.get, kb, self._reach(txn.get, now, &newest), &found)
         cdef int rc
         cdef bytes stored
         if raw is None:
@@ -674,7 +755,8 @@ cdef class Space:
         cdef ds_record cur
         cdef bytes kb = _new_key(self.prefix, key)
         cdef uint32_t found = 0
-        cdef object raw = self._find(txn, kb, self._top(now), &found)
+        cdef uint32_t newest = 0
+        cdef object raw = self._find(txn.get, kb, self._reach(txn.get, now, &newest), &found)
         if raw is None:
             return DS_OP_LEASE_LOST
         _decode(raw, &cur)
@@ -689,7 +771,8 @@ cdef class Space:
         cdef ds_record cur, nxt
         cdef bytes kb = _new_key(self.prefix, key)
         cdef uint32_t found = 0
-        cdef object raw = self._find(txn, kb, self._top(now), &found)
+        cdef uint32_t newest = 0
+        cdef object raw = self._find(txn.get, kb, self._reach(txn.get, now, &newest), &found)
         cdef bytes stored
         if raw is None:
             return (DS_OP_LEASE_LOST, None, 0)
@@ -744,4 +827,3 @@ def release_batch(list spaces, list order, txn, list keys, list tokens, int64_t 
     for i in order:
         results[i] = (<Space>spaces[i]).release(txn, keys[i], tokens[i], now)
 
-include "_bloom.pxi"

@@ -85,7 +85,7 @@ def parse_format(raw: bytes, where: str) -> dict[str, Any]:
 
 def open_env(path: Path, *, map_size: int, durability: str, max_dbs: int) -> lmdb.Environment:
     try:
-        return lmdb.open(
+        env = lmdb.open(
             str(path),
             map_size=map_size,
             subdir=True,
@@ -102,6 +102,16 @@ def open_env(path: Path, *, map_size: int, durability: str, max_dbs: int) -> lmd
         raise StoreFormatError(f"{path} was written by an incompatible LMDB: {exc}") from None
     except lmdb.Error as exc:
         raise StoreFormatError(f"cannot open {path}: {exc}") from None
+    # A data file shorter than the pages its meta page claims would be read
+    # through the map as SIGBUS, a crash rather than an error: refuse it here.
+    data = path / "data.mdb"
+    need = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    if data.stat().st_size < need:
+        env.close()
+        raise StoreFormatError(
+            f"{data} is truncated: {data.stat().st_size:,} bytes, but its last committed page ends at {need:,}"
+        )
+    return env
 
 
 def open_meta(root: Path, *, create: bool, partitions: int | None, now: float) -> tuple[lmdb.Environment, StoreInfo]:
@@ -128,6 +138,10 @@ def open_meta(root: Path, *, create: bool, partitions: int | None, now: float) -
                     raise StoreFormatError(f"{root} is not an initialised dedupstore store and create=False")
                 parts = DEFAULT_PARTITIONS if partitions is None else partitions
                 info = StoreInfo(FORMAT_VERSION, str(uuid.uuid4()), parts, secrets.token_bytes(16), now)
+                # The partitions exist before the store does (this transaction
+                # commits after them), so a missing one is always a loss.
+                for i in range(parts):
+                    partition_dir(root, i).mkdir(exist_ok=True)
                 txn.put(FORMAT_KEY, info.to_json())
             else:
                 data = parse_format(raw, str(root))

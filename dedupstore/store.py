@@ -79,6 +79,12 @@ DEFAULT_EVICTION_RATE = 50_000.0
 DEFAULT_EVICTION_BATCH = 500
 MAX_EVICTION_RATE = 10_000_000.0
 MAX_EVICTION_BATCH = 100_000
+#: Target false-positive rate of each generation's filter.
+BLOOM_FP_RATE = 0.01
+#: Filters the background thread builds per refresh (about one refresh a second).
+FILTERS_PER_REFRESH = 8
+#: How many sealed generations below the newest a refresh considers.
+MAX_FILTER_SCAN = 4096
 EVICTION_TICK_S = 0.1
 
 log = logging.getLogger("dedupstore")
@@ -131,6 +137,10 @@ def _token(value: object) -> int:
     return value
 
 
+def _put_meta(txn: Any, *, key: bytes, value: bytes, db: Any) -> None:
+    txn.put(key, value, db=db)
+
+
 def _lease_us(value: object) -> int:
     return int(parse_duration(value, what="lease", minimum=MIN_LEASE_S, maximum=MAX_LEASE_S) * 1_000_000)
 
@@ -138,9 +148,15 @@ def _lease_us(value: object) -> int:
 class _Partition:
     """One LMDB environment with its own writer lock and group committer."""
 
-    def __init__(self, root: Path, index: int, info: StoreInfo, durability: str, map_size: int) -> None:
+    def __init__(
+        self, root: Path, index: int, info: StoreInfo, durability: str, map_size: int, hasher: _native.Hasher
+    ) -> None:
         path = partition_dir(root, index)
-        path.mkdir(exist_ok=True)
+        if not path.is_dir():
+            # Created with the store (inside its creation transaction); missing
+            # now means lost, and an empty stand-in would answer NEW for keys
+            # it has already seen.
+            raise StoreFormatError(f"{path} is missing: this store's partition {index} is gone; refusing to open")
         self.index = index
         self.env = open_env(path, map_size=map_size, durability=durability, max_dbs=4)
         try:
@@ -161,6 +177,7 @@ class _Partition:
             raise
         self.committer = GroupCommitter(self.env, f"partition {index} ({path})")
         self.spaces: dict[int, _native.Space] = {}
+        self.hasher = hasher
 
     def space(self, ns: NamespaceConfig) -> _native.Space:
         sp = self.spaces.get(ns.id)
@@ -169,7 +186,8 @@ class _Partition:
                 raw = txn.get(b"O" + ns.prefix, db=self.meta)
             oldest = int.from_bytes(raw, "big") if raw else int(ns.created * 1_000_000) // ns.generation_us
             sp = _native.Space(
-                self.records, self.pending, self.meta, ns.prefix, ns.generation_us, oldest, ns.initial_frontier_us
+                self.records, self.pending, self.meta, ns.prefix, ns.generation_us, oldest, ns.initial_frontier_us,
+                self.hasher,
             )
             self.spaces[ns.id] = sp
         return sp
@@ -279,17 +297,18 @@ class DedupStore:
         self._durability = durability
         self._bloom = bloom
         self._meta, self._info = open_meta(root, create=True, partitions=partitions, now=clock())
+        self._hasher = _native.Hasher(self._info.secret)
         self._parts: list[_Partition] = []
         try:
             for i in range(self._info.partitions):
-                self._parts.append(_Partition(root, i, self._info, durability, map_size))
+                self._parts.append(_Partition(root, i, self._info, durability, map_size, self._hasher))
         except BaseException:
             for p in self._parts:
                 p.env.close()
             self._meta.close()
             raise
         self._nparts = len(self._parts)
-        self._hasher = _native.Hasher(self._info.secret)
+        self._bloom_tag = _native.BloomFilter.hasher_tag(self._hasher)
         self._ns: dict[str, _Namespace] = {}
         self._ns_lock = threading.Lock()
         self._counts_lock = threading.Lock()
@@ -845,6 +864,11 @@ class DedupStore:
         return {
             "frontier": frontier / 1e6,
             "evicted": evicted,
+            "prefilter": {
+                "filters": sum(len(sp.blooms) for sp in ns.spaces),
+                "probes_skipped": sum(sp.bloom_skips for sp in ns.spaces),
+                "probes_confirmed": sum(sp.bloom_maybes for sp in ns.spaces),
+            },
             # How long the oldest generation has been fully past its horizon
             # and still present: 0 while eviction keeps up.
             "eviction_lag_seconds": lag_us / 1e6,
@@ -869,29 +893,90 @@ class DedupStore:
         if rate <= 0:
             return
         self._evictor = threading.Thread(
-            target=self._evict_loop, args=(rate,), name=f"dedupstore-evict:{self._root}", daemon=True
+            target=self._maintain, args=(rate,), name=f"dedupstore-maintain:{self._root}", daemon=True
         )
         self._evictor.start()
 
-    def _evict_loop(self, rate: float) -> None:
-        # A token bucket refilled at `rate`, capped at one second's worth, so an
-        # idle spell cannot save up into a deletion storm later.
+    def _maintain(self, rate: float) -> None:
+        # Eviction draws on a token bucket refilled at `rate` and capped at one
+        # second's worth, so an idle spell cannot save up into a deletion storm.
+        # The prefilter is refreshed about once a second, a few filters a time.
         tokens = 0.0
-        last = time.monotonic()
+        last = next_filters = time.monotonic()
         while not self._stop.wait(EVICTION_TICK_S):
             now = time.monotonic()
             tokens = min(rate, tokens + rate * (now - last))
             last = now
-            if tokens < 1:
-                continue
             try:
-                done = self.evict(int(tokens))
+                if tokens >= 1:
+                    done = self.evict(int(tokens))
+                    tokens -= done["deleted"] + done["pinned"]
+                if self._bloom and now >= next_filters:
+                    next_filters = now + 1.0
+                    self.refresh_prefilter(limit=FILTERS_PER_REFRESH)
             except (StoreClosedError, ForkedStoreError):
                 return
             except Exception:
-                log.exception("dedupstore: background eviction failed; retrying in %.1f s", EVICTION_TICK_S)
-                continue
-            tokens -= done["deleted"] + done["pinned"]
+                log.exception("dedupstore: background maintenance failed; retrying in %.1f s", EVICTION_TICK_S)
+
+    def refresh_prefilter(self, limit: int | None = None) -> dict[str, int]:
+        """Bring the Bloom prefilter up to date; the background thread calls it.
+
+        Seals every generation that ended at least one generation ago (no key
+        is added to a sealed generation any more), then gives each sealed,
+        live generation a filter: loaded if some process already persisted one,
+        otherwise built from the generation's keys and persisted, newest first,
+        at most ``limit`` built per call. Returns counts: ``loaded``, ``built``.
+        A filter only ever lets a probe be skipped; without one the generation
+        is probed in LMDB, so a store is correct before, during and without this.
+        """
+        self._check()
+        done = {"loaded": 0, "built": 0}
+        if not self._bloom:
+            return done
+        now = self._now_us()
+        budget = limit
+        for name in self.namespaces():
+            ns = self._namespace(name)
+            for part, space in zip(self._parts, ns.spaces, strict=True):
+                target = space.generation(now) - 2
+                if target >= space.oldest:
+                    part.committer.run(functools.partial(space.seal, gen=target))
+                with part.env.begin() as txn:
+                    sealed1, _ = space.generation_state(txn)
+                    oldest = space.stored_oldest(txn)
+                    # Newest first, and only so far back: an old store whose
+                    # eviction was off has long runs of empty generations.
+                    floor = max(oldest, sealed1 - MAX_FILTER_SCAN)
+                    wanted = [g for g in range(sealed1 - 1, floor - 1, -1) if g not in space.blooms]
+                    to_build = []
+                    for g in wanted:
+                        raw = txn.get(_native.bloom_key(ns.config.prefix, g), db=part.meta)
+                        if raw is None:
+                            to_build.append(g)
+                            continue
+                        try:
+                            space.blooms[g] = _native.BloomFilter.from_bytes(raw, expected_tag=self._bloom_tag)
+                            done["loaded"] += 1
+                        except StoreFormatError as exc:
+                            log.warning("dedupstore: %s partition %d generation %d: %s; rebuilding it",
+                                        name, part.index, g, exc)
+                            to_build.append(g)
+                for g in to_build:
+                    if budget is not None and budget <= 0:
+                        return done
+                    with part.env.begin() as txn:
+                        bf = space.build_bloom(txn, g, BLOOM_FP_RATE, self._bloom_tag)
+                    if bf is None:
+                        bf = _native.BloomFilter(1, BLOOM_FP_RATE, self._bloom_tag)  # empty: rules every key out
+                    blob = bf.to_bytes()
+                    key = _native.bloom_key(ns.config.prefix, g)
+                    part.committer.run(functools.partial(_put_meta, key=key, value=blob, db=part.meta))
+                    space.blooms[g] = bf
+                    done["built"] += 1
+                    if budget is not None:
+                        budget -= 1
+        return done
 
     def evict(self, budget: int | None = None) -> dict[str, int]:
         """Remove records past their namespace's horizon, at most ``budget`` of

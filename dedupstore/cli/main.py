@@ -1,5 +1,6 @@
 """Entry point of the ``dedupstore`` command: builds the parser from the verb modules and maps errors
-to exit codes (0 ok, 2 usage or bad input, 3 plan invalid)."""
+to exit codes (0 ok, 1 inspect found no record, 2 usage or bad input, 3 plan invalid, 4 unresolved
+records exist with --fail-if-any, 5 the store is damaged)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,25 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from dedupstore.cli import EXIT_PLAN_INVALID, EXIT_USAGE, UsageError, bench, complain, plan, size
+from dedupstore.cli import (
+    EXIT_PLAN_INVALID,
+    EXIT_USAGE,
+    UsageError,
+    bench,
+    complain,
+    evict,
+    inspect,
+    plan,
+    size,
+    stats,
+    unresolved,
+    verify,
+)
 from dedupstore.errors import InvalidInputError
 from dedupstore.planning import InfeasiblePlanError
 
 #: Each verb is one module with ``register(verbs)``; add new verbs here.
-VERBS = (size, plan, bench)
+VERBS = (size, plan, bench, inspect, stats, unresolved, verify, evict)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -32,7 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="dedupstore",
         description="An embedded idempotency store for event consumers: planning and operating commands.",
-        epilog="exit codes: 0 ok; 2 bad usage or input (nothing computed); 3 the plan cannot work",
+        epilog=(
+            "exit codes: 0 ok; 1 inspect: no such record; 2 bad usage or input, or no store at --path "
+            "(nothing computed); 3 the plan cannot work; 4 unresolved --fail-if-any: unresolved records "
+            "exist; 5 the store is damaged (verify found problems, or a read met a corrupt record)"
+        ),
     )
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     for module in VERBS:

@@ -1,0 +1,123 @@
+"""The Bloom prefilter: a negative filter only, complete for every live record."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lmdb
+from conftest import FakeClock
+
+from dedupstore import DedupStore, Status, _native
+
+HORIZON = "1h"  # generations of 450 s
+GEN = 450.0
+
+
+def _open(path: Path, clock: FakeClock, **kw: object) -> DedupStore:
+    kw.setdefault("eviction_rate", 0)
+    kw.setdefault("partitions", 2)
+    s = DedupStore.open(path, clock=clock, **kw)  # type: ignore[arg-type]
+    s.ensure_namespace("n", horizon=HORIZON, lease="30s")
+    return s
+
+
+def _fill(s: DedupStore, clock: FakeClock, gens: int, per_gen: int = 300) -> list[str]:
+    keys = []
+    for g in range(gens):
+        batch = [f"g{g}-k{i}" for i in range(per_gen)]
+        res = s.claim_many("n", batch)
+        s.complete_many("n", [(r.key, r.token, b"done") for r in res if r.token is not None])
+        keys += batch
+        clock.advance(GEN)
+    return keys
+
+
+def test_no_false_negatives_and_absent_keys_skip_probes(store_path: Path, clock: FakeClock) -> None:
+    with _open(store_path, clock) as s:
+        keys = _fill(s, clock, gens=6)
+        done = s.refresh_prefilter()
+        assert done["built"] > 0
+        pre = s.stats()["namespaces"]["n"]["prefilter"]
+        assert pre["filters"] > 0
+        # Every stored key is still found through its generation's filter.
+        assert all(r.status is Status.DUPLICATE for r in s.claim_many("n", keys))
+        before = s.stats()["namespaces"]["n"]["prefilter"]
+        fresh = [f"absent-{i}" for i in range(4000)]
+        assert all(s.lookup("n", k) is None for k in fresh)
+        after = s.stats()["namespaces"]["n"]["prefilter"]
+        skipped = after["probes_skipped"] - before["probes_skipped"]
+        confirmed = after["probes_confirmed"] - before["probes_confirmed"]
+        # Configured at 1%: the share of absent-key probes a filter lets through.
+        assert skipped > 0 and confirmed / (skipped + confirmed) < 0.03
+
+
+def test_filters_persist_and_load_in_another_handle(store_path: Path, clock: FakeClock) -> None:
+    with _open(store_path, clock) as s:
+        keys = _fill(s, clock, gens=5)
+        built = s.refresh_prefilter()["built"]
+        assert built > 0
+    with _open(store_path, clock) as s:
+        done = s.refresh_prefilter()
+        assert done == {"loaded": built, "built": 0}
+        assert all(r.status is Status.DUPLICATE for r in s.claim_many("n", keys))
+
+
+def test_sealed_generations_take_no_new_keys_even_when_the_clock_steps_back(
+    store_path: Path, clock: FakeClock
+) -> None:
+    with _open(store_path, clock) as s:
+        _fill(s, clock, gens=5)
+        s.refresh_prefilter()
+        clock.advance(-4 * GEN)  # back into a generation that is sealed and filtered
+        first = s.claim("n", "late-writer")
+        assert first.status is Status.NEW
+        rec = s.lookup("n", "late-writer")
+        assert rec is not None
+        # The clock's own generation is sealed: the record went to a newer one.
+        assert rec.generation > int(clock.now / GEN)
+        assert s.claim("n", "late-writer").status is Status.IN_PROGRESS
+        clock.advance(4 * GEN)
+        assert s.claim("n", "late-writer").status is Status.UNKNOWN
+
+
+def test_a_corrupt_filter_is_rebuilt_not_trusted(store_path: Path, clock: FakeClock) -> None:
+    with _open(store_path, clock, partitions=1) as s:
+        keys = _fill(s, clock, gens=5)
+        assert s.refresh_prefilter()["built"] > 0
+    env = lmdb.open(str(store_path / "p000"), max_dbs=4, map_size=1 << 30)
+    meta = env.open_db(b"meta")
+    with env.begin(write=True) as txn:
+        cursor = txn.cursor(db=meta)
+        assert cursor.set_range(b"B")
+        key, blob = cursor.item()
+        txn.put(key, blob[:-1] + bytes([blob[-1] ^ 1]), db=meta)
+    env.close()
+    with _open(store_path, clock, partitions=1) as s:
+        done = s.refresh_prefilter()
+        assert done["built"] == 1
+        assert all(r.status is Status.DUPLICATE for r in s.claim_many("n", keys))
+
+
+def test_eviction_drops_filters_of_evicted_generations(store_path: Path, clock: FakeClock) -> None:
+    with _open(store_path, clock, partitions=1) as s:
+        _fill(s, clock, gens=6)
+        s.refresh_prefilter()
+        filters = s.stats()["namespaces"]["n"]["prefilter"]["filters"]
+        clock.advance(2 * 3600)
+        s.evict()
+        assert s.stats()["namespaces"]["n"]["prefilter"]["filters"] < filters
+        with s._parts[0].env.begin() as txn:
+            left = [k for k, _ in txn.cursor(db=s._parts[0].meta) if k.startswith(b"B")]
+        oldest = s._parts[0].spaces[1].oldest
+        assert all(int.from_bytes(k[3:], "big") >= oldest for k in left)
+
+
+def test_bloom_off_builds_nothing(store_path: Path, clock: FakeClock) -> None:
+    with _open(store_path, clock, bloom=False) as s:
+        _fill(s, clock, gens=5)
+        assert s.refresh_prefilter() == {"loaded": 0, "built": 0}
+        assert s.stats()["namespaces"]["n"]["prefilter"]["filters"] == 0
+
+
+def test_bloom_key_layout() -> None:
+    assert _native.bloom_key(b"\x00\x07", 0x01020304) == b"B\x00\x07\x01\x02\x03\x04"
