@@ -177,3 +177,31 @@ def test_threads_share_commits_and_each_key_is_new_once(tmp_path: Path, durabili
         # Racing claims that the snapshot saw as absent all reach the write
         # path; with eight threads some of them must have shared a commit.
         assert ops >= len(keys) and commits < ops
+
+
+def test_a_missing_partition_is_refused_not_recreated(tmp_path: Path) -> None:
+    import shutil
+
+    with DedupStore.open(tmp_path / "s", partitions=2) as s:
+        s.ensure_namespace("n")
+        for i in range(20):
+            res = s.claim("n", f"k{i}")
+            assert res.token is not None
+            s.complete("n", f"k{i}", res.token)
+    shutil.rmtree(tmp_path / "s" / "p001")
+    for create in (False, True):
+        with pytest.raises(StoreFormatError, match="p001 is missing"):
+            DedupStore.open(tmp_path / "s", create=create)
+    assert not (tmp_path / "s" / "p001").exists()
+
+
+def test_a_truncated_data_file_is_refused_not_a_crash(tmp_path: Path) -> None:
+    with DedupStore.open(tmp_path / "s", partitions=1) as s:
+        s.ensure_namespace("n")
+        batch = s.claim_many("n", [f"key-{i}" for i in range(5000)])
+        assert len(batch) == 5000
+    data = tmp_path / "s" / "p000" / "data.mdb"
+    with open(data, "r+b") as f:
+        f.truncate(data.stat().st_size // 2)
+    with pytest.raises(StoreFormatError, match="truncated"):
+        DedupStore.open(tmp_path / "s")
