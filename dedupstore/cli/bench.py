@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tqdm import tqdm
+
 from dedupstore.cli import EXIT_OK, add_json_flag, emit_json, emit_table, fmt_rate
 from dedupstore.layout import DURABILITY
 from dedupstore.loadgen import LoadConfig, LoadReport, run_load
@@ -31,16 +33,6 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser.set_defaults(run=run)
 
 
-def _progress(fraction: float, report: LoadReport) -> None:
-    width = 30
-    filled = int(width * fraction)
-    sys.stderr.write(
-        f"\r[{'#' * filled}{'.' * (width - filled)}] {fraction * 100:5.1f}%  "
-        f"{format_number(report.achieved_rate)} events/s  p99 so far {report.percentile(0.99):,.0f} us "
-    )
-    sys.stderr.flush()
-
-
 def run(args: argparse.Namespace) -> int:
     config = LoadConfig(
         rate=parse_count(args.rate, what="--rate"),
@@ -48,10 +40,18 @@ def run(args: argparse.Namespace) -> int:
         durability=args.durability,
         partitions=args.partitions,
     )
-    interactive = not args.json and sys.stderr.isatty()
-    report = run_load(config, args.path, _progress if interactive else None)
-    if interactive:
-        sys.stderr.write("\n")
+    bar = None
+    if not args.json and sys.stderr.isatty():
+        bar = tqdm(total=100, unit="%", bar_format="{l_bar}{bar}| {elapsed}<{remaining} {postfix}", leave=False)
+
+    def progress(fraction: float, report: LoadReport) -> None:
+        assert bar is not None
+        bar.update(round(fraction * 100) - bar.n)
+        bar.set_postfix_str(f"{format_number(report.achieved_rate)} events/s")
+
+    report = run_load(config, args.path, progress if bar is not None else None)
+    if bar is not None:
+        bar.close()
     doc = report.to_dict()
     if args.json:
         emit_json(doc)
