@@ -348,8 +348,10 @@ class DedupStore:
         if self._dead is not None:
             if self._dead == "forked":
                 raise ForkedStoreError(
-                    f"this DedupStore was opened in process {self._pid} and used after fork(); "
-                    f"open the store again in the child"
+                    f"this DedupStore was opened in process {self._pid} and used after fork(): LMDB handles "
+                    f"do not survive fork. Open the store in each worker process instead (a child cannot reopen "
+                    f"a store its parent had open when it forked: start workers with the 'spawn' method, or "
+                    f"fork before opening)"
                 )
             raise StoreClosedError("the store is closed")
 

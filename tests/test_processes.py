@@ -308,9 +308,9 @@ def reopen_in_child(store: DedupStore) -> dict[str, Any]:
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 @pytest.mark.xfail(
-    reason="py-lmdb 3 keeps its process-wide 'already open' registry across fork(), and the child-side "
-    "close() leaves the inherited environments registered, so ForkedStoreError's advice to open the store "
-    "again in the child fails with StoreFormatError",
+    reason="known limitation, documented in ForkedStoreError's message: py-lmdb 3 keeps its process-wide "
+    "'already open' registry across fork(), and closing the inherited environments in the child would drop "
+    "the parent's reader slots, so the child cannot reopen a store its parent had open",
     strict=True,
 )
 def test_forked_child_can_open_the_store_afresh(parent_store: DedupStore) -> None:
