@@ -1,5 +1,7 @@
 #include "ds_bloom.h"
 
+#include "ds_bytes.h"
+
 #include "ds_hash.h"
 
 #include <stdlib.h>
@@ -17,18 +19,6 @@
 
 /* How far ahead the bulk loops prefetch; enough to cover a DRAM miss at a few ns per key. */
 #define PREFETCH_AHEAD 8
-
-static inline uint64_t load_le64(const uint8_t *p)
-{
-    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 |
-           (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 | (uint64_t)p[7] << 56;
-}
-
-static inline void store_le64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
 
 /* ------------------------------------------------------------------------ */
 /* Hashing: fmix64 remix, block by multiply-shift, probes by golden-ratio    */
@@ -360,12 +350,12 @@ size_t ds_bloom_write(const ds_bloom *b, uint8_t *out)
     out[5] = (uint8_t)(DS_BLOOM_VERSION >> 8);
     out[6] = (uint8_t)b->k;
     out[7] = 0;
-    store_le64(out + 8, b->nblocks);
-    store_le64(out + 16, b->nkeys);
-    store_le64(out + 24, b->tag);
+    ds_store_le64(out + 8, b->nblocks);
+    ds_store_le64(out + 16, b->nkeys);
+    ds_store_le64(out + 24, b->tag);
     for (size_t i = 0; i < words; i++, p += 8)
-        store_le64(p, b->bits[i]);
-    store_le64(p, checksum(out, (size_t)(p - out)));
+        ds_store_le64(p, b->bits[i]);
+    ds_store_le64(p, checksum(out, (size_t)(p - out)));
     return (size_t)(p - out) + DS_BLOOM_TRAILER_BYTES;
 }
 
@@ -390,7 +380,7 @@ int ds_bloom_read(ds_bloom *b, const uint8_t *buf, size_t len)
     if (len < DS_BLOOM_HEADER_BYTES + DS_BLOOM_TRAILER_BYTES)
         return DS_BLOOM_ESHORT;
     k = buf[6];
-    nblocks = load_le64(buf + 8);
+    nblocks = ds_load_le64(buf + 8);
     if (k < 1 || k > DS_BLOOM_MAX_K || buf[7] != 0 || nblocks < 1 || nblocks > DS_BLOOM_MAX_BLOCKS)
         return DS_BLOOM_EHEADER;
     if (too_big(nblocks)) /* only where size_t is narrower than 64 bits */
@@ -400,16 +390,16 @@ int ds_bloom_read(ds_bloom *b, const uint8_t *buf, size_t len)
         return DS_BLOOM_ESHORT;
     if (len > expected)
         return DS_BLOOM_ELENGTH;
-    if (checksum(buf, expected - DS_BLOOM_TRAILER_BYTES) != load_le64(buf + expected - DS_BLOOM_TRAILER_BYTES))
+    if (checksum(buf, expected - DS_BLOOM_TRAILER_BYTES) != ds_load_le64(buf + expected - DS_BLOOM_TRAILER_BYTES))
         return DS_BLOOM_ECHECKSUM;
     rc = ds_bloom_init(b, nblocks, k);
     if (rc != DS_BLOOM_OK)
         return rc;
     words = (size_t)nblocks * WORDS_PER_BLOCK;
     for (size_t i = 0; i < words; i++)
-        b->bits[i] = load_le64(buf + DS_BLOOM_HEADER_BYTES + 8 * i);
-    b->nkeys = load_le64(buf + 16);
-    b->tag = load_le64(buf + 24);
+        b->bits[i] = ds_load_le64(buf + DS_BLOOM_HEADER_BYTES + 8 * i);
+    b->nkeys = ds_load_le64(buf + 16);
+    b->tag = ds_load_le64(buf + 24);
     return DS_BLOOM_OK;
 }
 

@@ -1,20 +1,10 @@
 #include "ds_hash.h"
 
+#include "ds_bytes.h"
+
 #include <string.h>
 
 static inline uint64_t rotl(uint64_t x, int b) { return (x << b) | (x >> (64 - b)); }
-
-static inline uint64_t load_le64(const uint8_t *p)
-{
-    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 |
-           (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 | (uint64_t)p[7] << 56;
-}
-
-static inline void store_le64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
 
 #define SIPROUND                                                                                   \
     do {                                                                                           \
@@ -26,8 +16,8 @@ static inline void store_le64(uint8_t *p, uint64_t v)
 
 void ds_hash_key_init(ds_hash_key *key, const uint8_t secret[16])
 {
-    key->k0 = load_le64(secret);
-    key->k1 = load_le64(secret + 8);
+    key->k0 = ds_load_le64(secret);
+    key->k1 = ds_load_le64(secret + 8);
 }
 
 /* One body for both output widths: wide selects the 128-bit finalisation. */
@@ -44,7 +34,7 @@ static void siphash(const ds_hash_key *key, const uint8_t *in, size_t len, int w
     if (wide)
         v1 ^= 0xee;
     for (; in != end; in += 8) {
-        m = load_le64(in);
+        m = ds_load_le64(in);
         v3 ^= m;
         SIPROUND;
         SIPROUND;
@@ -69,7 +59,7 @@ static void siphash(const ds_hash_key *key, const uint8_t *in, size_t len, int w
     SIPROUND;
     SIPROUND;
     SIPROUND;
-    store_le64(out, v0 ^ v1 ^ v2 ^ v3);
+    ds_store_le64(out, v0 ^ v1 ^ v2 ^ v3);
     if (!wide)
         return;
     v1 ^= 0xdd;
@@ -77,7 +67,7 @@ static void siphash(const ds_hash_key *key, const uint8_t *in, size_t len, int w
     SIPROUND;
     SIPROUND;
     SIPROUND;
-    store_le64(out + 8, v0 ^ v1 ^ v2 ^ v3);
+    ds_store_le64(out + 8, v0 ^ v1 ^ v2 ^ v3);
 }
 
 void ds_siphash128(const ds_hash_key *key, const void *data, size_t len, uint8_t out[16])
@@ -89,5 +79,5 @@ uint64_t ds_siphash64(const ds_hash_key *key, const void *data, size_t len)
 {
     uint8_t out[8];
     siphash(key, (const uint8_t *)data, len, 0, out);
-    return load_le64(out);
+    return ds_load_le64(out);
 }

@@ -1,5 +1,5 @@
-"""The Bloom prefilter: its C engine's own unit tests (csrc/tests/test_bloom.c),
-and the BloomFilter binding.
+"""The Bloom prefilter's binding, BloomFilter (its C unit tests,
+csrc/tests/test_bloom.c, run from test_csrc.py).
 
 The filter is a negative prefilter only (SPEC section 6): what must never happen
 is a false negative, a filter that is much worse than its configured rate, or a
@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import struct
-import subprocess
 from array import array
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -26,75 +23,9 @@ from hypothesis import strategies as st
 from dedupstore._native import BloomFilter, Hasher
 from dedupstore.errors import StoreFormatError
 
-CSRC = Path(__file__).resolve().parent.parent / "csrc"
-TEST_SOURCE = CSRC / "tests" / "test_bloom.c"
-ENGINE_SOURCES = ("ds_bloom.c", "ds_hash.c")
-
-BASE_FLAGS = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g"]
-# Recovering from a UBSan report would only print it; make every report fatal.
-SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
-SANITIZER_ENV = {
-    "ASAN_OPTIONS": "abort_on_error=0:halt_on_error=1:detect_leaks=1:exitcode=99",
-    "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1:exitcode=98",
-}
-
 MASK64 = (1 << 64) - 1
 HEADER = 32
 TRAILER = 8
-
-
-# --------------------------------------------------------------------------
-# The C engine's unit tests
-
-
-def _compiler() -> str:
-    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if cc is None:
-        pytest.skip("no C compiler (cc, gcc or clang) on PATH: the Bloom filter's C tests cannot be built")
-    return cc
-
-
-def _sanitizers_work(cc: str, tmp_path: Path) -> bool:
-    """Whether a sanitized program both links and runs here: the runtime may be
-    missing, or (LeakSanitizer under ptrace, some containers) refuse to start."""
-    probe = tmp_path / "probe.c"
-    probe.write_text("#include <stdlib.h>\nint main(void) { void *p = malloc(8); free(p); return 0; }\n")
-    exe = tmp_path / "probe"
-    build = subprocess.run(
-        [cc, *BASE_FLAGS, *SANITIZE_FLAGS, str(probe), "-o", str(exe)], capture_output=True, text=True
-    )
-    if build.returncode != 0:
-        return False
-    run = subprocess.run([str(exe)], capture_output=True, text=True, env={**os.environ, **SANITIZER_ENV}, timeout=60)
-    return run.returncode == 0
-
-
-def test_c_bloom_unit_tests(tmp_path: Path) -> None:
-    cc = _compiler()
-    sources = [CSRC / name for name in ENGINE_SOURCES]
-    for path in (TEST_SOURCE, *sources):
-        assert path.is_file(), path
-
-    sanitized = _sanitizers_work(cc, tmp_path)
-    flags = BASE_FLAGS + (SANITIZE_FLAGS if sanitized else [])
-    exe = tmp_path / "test_bloom"
-    build = subprocess.run(
-        [cc, *flags, f"-I{CSRC}", str(TEST_SOURCE), *map(str, sources), "-lm", "-o", str(exe)],
-        capture_output=True,
-        text=True,
-    )
-    assert build.returncode == 0, f"compiling the C Bloom tests failed:\n{build.stdout}{build.stderr}"
-
-    env = {**os.environ, **SANITIZER_ENV} if sanitized else None
-    run = subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=300)
-    report = f"sanitizers: {'on' if sanitized else 'off'}\nstdout:\n{run.stdout}\nstderr:\n{run.stderr}"
-    lines = run.stdout.strip().splitlines()
-    assert lines, f"the C test program printed nothing\n{report}"
-    last = lines[-1]
-    passed, _, failed = last.partition(" passed, ")
-    assert failed == "0 failed", f"C Bloom tests failed: {last}\n{report}"
-    assert passed.isdigit() and int(passed) > 0, f"unexpected summary line {last!r}\n{report}"
-    assert run.returncode == 0, f"the C test program exited {run.returncode}\n{report}"
 
 
 # --------------------------------------------------------------------------

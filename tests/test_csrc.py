@@ -1,4 +1,4 @@
-"""Build and run the C engine's own unit tests (csrc/tests/test_engine.c).
+"""Build and run the C engine's own unit tests (csrc/tests/test_*.c).
 
 The engine is plain C, so its tests compile with nothing but a C compiler; under
 ASan/UBSan where the toolchain has them, so an out-of-bounds read in the record
@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 CSRC = Path(__file__).resolve().parent.parent / "csrc"
-TEST_SOURCE = CSRC / "tests" / "test_engine.c"
 
 BASE_FLAGS = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g"]
 # Recovering from a UBSan report would only print it; make every report fatal.
@@ -50,23 +49,26 @@ def _sanitizers_work(cc: str, tmp_path: Path) -> bool:
     return run.returncode == 0
 
 
-def test_c_engine_unit_tests(tmp_path: Path) -> None:
+@pytest.mark.parametrize("program", ["test_engine", "test_bloom"])
+def test_c_unit_tests(tmp_path: Path, program: str) -> None:
     cc = _compiler()
+    test_source = CSRC / "tests" / f"{program}.c"
     sources = sorted(CSRC.glob("ds_*.c"))
-    # The four engine files the extension is built from; an empty glob would
+    # The engine files the extension is built from; an empty glob would
     # "pass" by linking nothing, so insist they are all there.
-    assert {p.name for p in sources} >= {"ds_hash.c", "ds_canon.c", "ds_record.c", "ds_decide.c"}, sources
-    assert TEST_SOURCE.is_file(), TEST_SOURCE
+    assert {p.name for p in sources} >= {"ds_hash.c", "ds_canon.c", "ds_record.c", "ds_decide.c", "ds_bloom.c"}
+    assert test_source.is_file(), test_source
 
     sanitized = _sanitizers_work(cc, tmp_path)
     flags = BASE_FLAGS + (SANITIZE_FLAGS if sanitized else [])
-    exe = tmp_path / "test_engine"
+    exe = tmp_path / program
+    # -lm is for the test programs' statistics; the engine itself uses no libm.
     build = subprocess.run(
-        [cc, *flags, f"-I{CSRC}", str(TEST_SOURCE), *map(str, sources), "-o", str(exe)],
+        [cc, *flags, f"-I{CSRC}", str(test_source), *map(str, sources), "-lm", "-o", str(exe)],
         capture_output=True,
         text=True,
     )
-    assert build.returncode == 0, f"compiling the C tests failed:\n{build.stdout}{build.stderr}"
+    assert build.returncode == 0, f"compiling {program}.c failed:\n{build.stdout}{build.stderr}"
 
     env = {**os.environ, **SANITIZER_ENV} if sanitized else None
     run = subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=300)
@@ -75,6 +77,6 @@ def test_c_engine_unit_tests(tmp_path: Path) -> None:
     assert lines, f"the C test program printed nothing\n{report}"
     last = lines[-1]
     passed, _, failed = last.partition(" passed, ")
-    assert failed == "0 failed", f"C engine tests failed: {last}\n{report}"
+    assert failed == "0 failed", f"{program} failed: {last}\n{report}"
     assert passed.isdigit() and int(passed) > 0, f"unexpected summary line {last!r}\n{report}"
     assert run.returncode == 0, f"the C test program exited {run.returncode}\n{report}"
