@@ -390,6 +390,17 @@ cdef bytes _gen_bytes(uint32_t gen):
 include "_bloom.pxi"
 
 
+cdef struct gen_state:
+    uint32_t sealed1   # first unsealed generation (0: none sealed)
+    uint32_t newest    # newest generation any writer put a record in
+    uint8_t flags      # GS_PINNED: the pinned set may hold records
+
+
+cdef enum:
+    GS_PINNED = 1
+    GS_BYTES = 9
+
+
 cdef class Space:
     """One namespace inside one partition: the databases and the generations a
     lookup must probe. Held by the store; cheap to use on every request."""
@@ -432,7 +443,7 @@ cdef class Space:
             return 0
         return <uint32_t>(now // self.gen_len)
 
-    cdef object _find(self, object get, bytes kb, uint32_t top, uint32_t *found):
+    cdef object _find(self, object get, bytes kb, uint32_t top, uint32_t *found, bint pinned=True):
         """Probe generations from ``top`` down, then the pinned set; kb ends up
         holding the key of the hit. A sealed generation whose filter rules the
         key out is skipped; a "maybe" is always confirmed in LMDB."""
@@ -462,59 +473,68 @@ cdef class Space:
             if g <= self.oldest:
                 break
             g -= 1
+        if not pinned:
+            return None  # nothing was ever pinned in this namespace and partition
         _set_gen(kb, PINNED_GEN)
         raw = get(kb, None, self.records)
         if raw is not None:
             found[0] = PINNED_GEN
         return raw
 
-    cdef uint32_t _reach(self, object get, int64_t now, uint32_t *newest_written) except? 0:
-        """The generation probes start from, and new records go to.
+    cdef uint32_t _reach(self, object get, int64_t now, gen_state *gs) except? 0:
+        """The generation probes start from, and new records go to, with the
+        namespace's generation state (one meta lookup) in ``gs``.
 
         It is this clock's generation, unless another process (whose ``now``
         was read later, say after we waited for the writer lock) already wrote
         into a newer one, or that generation is sealed (its filter is final, so
-        no key may be added to it). Both facts live in one meta entry, so this
-        costs one lookup."""
+        no key may be added to it)."""
         cdef uint32_t top = self._top(now)
-        cdef object raw = get(self.gens_key, None, self.meta)
-        cdef const uint8_t *p
-        cdef uint32_t sealed1, newest
-        newest_written[0] = 0
-        if raw is None:
-            return top
-        if PyBytes_GET_SIZE(raw) != 8:
-            raise StoreFormatError("a generation-state entry is corrupt")
-        p = <const uint8_t *>PyBytes_AS_STRING(raw)
-        sealed1 = (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
-        newest = (<uint32_t>p[4] << 24) | (<uint32_t>p[5] << 16) | (<uint32_t>p[6] << 8) | p[7]
-        newest_written[0] = newest
-        if newest > top:
-            top = newest
-        if sealed1 > top:  # sealed1 is the first unsealed generation
-            top = sealed1
+        self._read_state(get, gs)
+        if gs.newest > top:
+            top = gs.newest
+        if gs.sealed1 > top:
+            top = gs.sealed1
         return top
 
-    cdef int _set_gens(self, object txn, uint32_t sealed1, uint32_t newest) except -1:
-        txn.put(self.gens_key, _gen_bytes(sealed1) + _gen_bytes(newest), False, True, False, self.meta)
+    cdef int _read_state(self, object get, gen_state *gs) except -1:
+        cdef object raw = get(self.gens_key, None, self.meta)
+        cdef const uint8_t *p
+        if raw is None:
+            gs.sealed1 = 0
+            gs.newest = 0
+            gs.flags = 0
+            return 0
+        if PyBytes_GET_SIZE(raw) != GS_BYTES:
+            raise StoreFormatError("a generation-state entry is corrupt")
+        p = <const uint8_t *>PyBytes_AS_STRING(raw)
+        gs.sealed1 = (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
+        gs.newest = (<uint32_t>p[4] << 24) | (<uint32_t>p[5] << 16) | (<uint32_t>p[6] << 8) | p[7]
+        gs.flags = p[8]
+        return 0
+
+    cdef int _write_state(self, object txn, const gen_state *gs) except -1:
+        txn.put(self.gens_key, _gen_bytes(gs.sealed1) + _gen_bytes(gs.newest) + bytes((gs.flags,)),
+                False, True, False, self.meta)
         return 0
 
     def generation_state(self, txn) -> tuple:
-        """(first unsealed generation, newest generation written) as committed; zeros when unset."""
-        cdef object raw = txn.get(self.gens_key, None, self.meta)
-        if raw is None:
-            return (0, 0)
-        return (_gen_of(raw[:4]), _gen_of(raw[4:]))
+        """(first unsealed generation, newest generation written, pinned set
+        may be non-empty) as ``txn`` sees it."""
+        cdef gen_state gs
+        self._read_state(txn.get, &gs)
+        return (gs.sealed1, gs.newest, bool(gs.flags & GS_PINNED))
 
     def seal(self, txn, uint32_t gen) -> int:
         """Seal every generation up to ``gen``: no key is added to them any
         more, so a filter built from one stays complete. Returns the first
         unsealed generation."""
-        sealed1, newest = self.generation_state(txn)
-        if gen + 1 > sealed1:
-            sealed1 = gen + 1
-            self._set_gens(txn, sealed1, newest)
-        return sealed1
+        cdef gen_state gs
+        self._read_state(txn.get, &gs)
+        if gen + 1 > gs.sealed1:
+            gs.sealed1 = gen + 1
+            self._write_state(txn, &gs)
+        return gs.sealed1
 
     def build_bloom(self, txn, uint32_t gen, double fp_rate, uint64_t tag):
         """A filter of every key stored in generation ``gen`` (two cursor
@@ -591,6 +611,8 @@ cdef class Space:
         cdef int64_t frontier = self._frontier(get)
         cdef int64_t gen_end, seen_end
         cdef long deleted = 0, moved = 0, visits
+        cdef gen_state gs
+        cdef bint pinned_flagged = False
         cdef bytes start
         cdef object k, v
         cdef ds_record rec
@@ -617,6 +639,13 @@ cdef class Space:
                     deleted += 1
                 else:
                     kb = k[C_KEY_PREFIX_BYTES:]
+                    if not pinned_flagged:
+                        # Probes skip the pinned set until something is put there.
+                        self._read_state(get, &gs)
+                        if not gs.flags & GS_PINNED:
+                            gs.flags |= GS_PINNED
+                            self._write_state(txn, &gs)
+                        pinned_flagged = True
                     txn.put(record_key(self.prefix, PINNED_GEN, kb), v, False, True, False, self.records)
                     txn.put(_pending_key(self.prefix, rec.first_seen, kb), _gen_bytes(PINNED_GEN), False, True, False,
                             self.pending)
@@ -663,10 +692,12 @@ cdef class Space:
 
     def lookup(self, txn, bytes key, int64_t now):
         """(generation, raw record) or None."""
-        cdef uint32_t found = 0, newest = 0
+        cdef uint32_t found = 0
+        cdef gen_state gs
         cdef bytes kb = _new_key(self.prefix, key)
         cdef object get = txn.get
-        raw = self._find(get, kb, self._reach(get, now, &newest), &found)
+        cdef uint32_t top = self._reach(get, now, &gs)
+        raw = self._find(get, kb, top, &found, gs.flags & GS_PINNED)
         if raw is None:
             return None
         return (found, raw)
@@ -681,11 +712,12 @@ cdef class Space:
         cdef ds_record cur, nxt
         cdef ds_claim_req req
         cdef ds_claim_out out
-        cdef uint32_t found = 0, newest = 0
+        cdef uint32_t found = 0
+        cdef gen_state gs
         cdef object get = txn.get
         cdef bytes kb = _new_key(self.prefix, key)
-        cdef uint32_t top = self._reach(get, now, &newest)
-        cdef object raw = self._find(get, kb, top, &found)
+        cdef uint32_t top = self._reach(get, now, &gs)
+        cdef object raw = self._find(get, kb, top, &found, gs.flags & GS_PINNED)
         cdef bytes stored
 
         memset(&req, 0, sizeof(req))
@@ -714,9 +746,9 @@ cdef class Space:
             stored = _encode(&nxt)
             txn.put(kb, stored, False, True, False, self.records)
             txn.put(_pending_key(self.prefix, now, key), _gen_bytes(top), False, True, False, self.pending)
-            if top > newest:
-                sealed1, _ = self.generation_state(txn)
-                self._set_gens(txn, sealed1, top)
+            if top > gs.newest:
+                gs.newest = top
+                self._write_state(txn, &gs)
             return (out.status, out.token, 0, stored, False, True, top)
 
         _decode(raw, &cur)
@@ -735,8 +767,9 @@ cdef class Space:
         cdef ds_record cur, nxt
         cdef bytes kb = _new_key(self.prefix, key)
         cdef uint32_t found = 0
-        cdef uint32_t newest = 0
-        cdef object raw = self._find(txn.get, kb, self._reach(txn.get, now, &newest), &found)
+        cdef gen_state gs
+        cdef uint32_t top = self._reach(txn.get, now, &gs)
+        cdef object raw = self._find(txn.get, kb, top, &found, gs.flags & GS_PINNED)
         cdef int rc
         cdef bytes stored
         if raw is None:
@@ -755,8 +788,9 @@ cdef class Space:
         cdef ds_record cur
         cdef bytes kb = _new_key(self.prefix, key)
         cdef uint32_t found = 0
-        cdef uint32_t newest = 0
-        cdef object raw = self._find(txn.get, kb, self._reach(txn.get, now, &newest), &found)
+        cdef gen_state gs
+        cdef uint32_t top = self._reach(txn.get, now, &gs)
+        cdef object raw = self._find(txn.get, kb, top, &found, gs.flags & GS_PINNED)
         if raw is None:
             return DS_OP_LEASE_LOST
         _decode(raw, &cur)
@@ -771,8 +805,9 @@ cdef class Space:
         cdef ds_record cur, nxt
         cdef bytes kb = _new_key(self.prefix, key)
         cdef uint32_t found = 0
-        cdef uint32_t newest = 0
-        cdef object raw = self._find(txn.get, kb, self._reach(txn.get, now, &newest), &found)
+        cdef gen_state gs
+        cdef uint32_t top = self._reach(txn.get, now, &gs)
+        cdef object raw = self._find(txn.get, kb, top, &found, gs.flags & GS_PINNED)
         cdef bytes stored
         if raw is None:
             return (DS_OP_LEASE_LOST, None, 0)

@@ -586,18 +586,20 @@ class DedupStore:
         now = self._now_us()
         lease_us = ns.lease_us
         results: list[Any] = [None] * n
-        writes: list[tuple[_Partition, Callable[[Any], Any]]] = []
-        for p, order in groups.items():
-            part = self._parts[p]
-            with part.env.begin() as txn:
-                todo = _native.claim_batch(spaces, order, txn, kbs, digests, now, lease_us, ets, cl, results, False)
-            if todo:
-                writes.append(
-                    (part, functools.partial(
-                        _native.claim_batch, spaces, todo, keys=kbs, digests=digests, now=now, lease=lease_us,
-                        event_times=ets, claimant=cl, results=results, write=True,
-                    ))
-                )
+        # Straight to the write transactions: a batch almost always writes
+        # something, and a partition whose keys all turn out to be duplicates
+        # commits nothing, so pays no fsync. A read-only pass first would probe
+        # every key twice.
+        writes: list[tuple[_Partition, Callable[[Any], Any]]] = [
+            (
+                self._parts[p],
+                functools.partial(
+                    _native.claim_batch, spaces, order, keys=kbs, digests=digests, now=now, lease=lease_us,
+                    event_times=ets, claimant=cl, results=results, write=True,
+                ),
+            )
+            for p, order in groups.items()
+        ]
         self._write_partitions(writes)
         self._tally(results)
         result = self._result
@@ -945,7 +947,7 @@ class DedupStore:
                 if target >= space.oldest:
                     part.committer.run(functools.partial(space.seal, gen=target))
                 with part.env.begin() as txn:
-                    sealed1, _ = space.generation_state(txn)
+                    sealed1, _, _ = space.generation_state(txn)
                     oldest = space.stored_oldest(txn)
                     # Newest first, and only so far back: an old store whose
                     # eviction was off has long runs of empty generations.

@@ -493,7 +493,7 @@ class _Verifier:
             # Partition meta: the format record, then F/O/E/G + namespace id,
             # and B + namespace id + generation for persisted filters.
             stored_oldest: dict[int, int] = {}
-            sizes = {b"F": 8, b"O": 4, b"E": 8, b"G": 8}
+            sizes = {b"F": 8, b"O": 4, b"E": 8, b"G": 9}
             tag_of_store = _native.BloomFilter.hasher_tag(hasher)
 
             def meta_entry(k: bytes, v: bytes) -> None:
