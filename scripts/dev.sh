@@ -36,7 +36,9 @@ shift || true
 case "$cmd" in
     bench)
         setup '.[test]'
-        exec "$VENV/bin/python" -m dedupstore bench --rate 18000 --duration 30s "$@"
+        # The console script, not `python -m`: from the checkout, -m would import
+        # the source tree (which has no compiled _native) instead of the install.
+        exec "$VENV/bin/dedupstore" bench --rate 18000 --duration 30s "$@"
         ;;
     test)
         setup '.[test]'
