@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import pytest
+from _cli import rows, run, run_json
 
-from dedupstore.cli.main import main
 from dedupstore.cli.size import sample_keys
 
 SIZE = ["size", "--rate", "18000", "--horizon", "12h", "--entry-bytes", "96"]
@@ -30,27 +28,6 @@ def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return scratch
 
 
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def run_json(capsys: pytest.CaptureFixture[str], *argv: str, expect: int = 0) -> dict[str, Any]:
-    code, out, err = run(capsys, *argv, "--json")
-    assert code == expect, err
-    document = json.loads(out)
-    assert isinstance(document, dict)
-    return document
-
-
-def rows(out: str) -> dict[str, str]:
-    table = {}
-    for line in out.splitlines():
-        label, sep, value = line.partition("   ")
-        assert sep, f"not a table row: {line!r}"
-        table[label.strip()] = value.strip()
-    return table
 
 
 def test_measure_json(capsys: pytest.CaptureFixture[str], private_tmp: Path) -> None:

@@ -15,11 +15,11 @@ from typing import Any
 
 import lmdb
 import pytest
+from _cli import run, run_json
 from conftest import FakeClock
 
 from dedupstore import DedupStore, Record, _native
 from dedupstore.cli import inspect as inspect_cli
-from dedupstore.cli.main import main
 from dedupstore.verify import PROBLEM_KINDS, verify_store
 
 T0 = 1_700_000_000.0  # 2023-11-14T22:13:20Z
@@ -32,20 +32,6 @@ VERIFY_KEYS = {
     "completed_records", "pinned_records", "pending_entries", "bytes_used", "partition_stats", "problems_total",
     "problem_kinds", "problems", "ok",
 }  # fmt: skip
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def run_json(capsys: pytest.CaptureFixture[str], *argv: str, expect: int = 0) -> dict[str, Any]:
-    code, out, err = run(capsys, *argv, "--json")
-    assert code == expect, err
-    document = json.loads(out)
-    assert isinstance(document, dict)
-    return document
 
 
 def rows(out: str) -> dict[str, str]:

@@ -7,17 +7,15 @@ out exactly, in the table and in JSON.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
+from _cli import rows, run, run_json
 
 from dedupstore import planning
-from dedupstore.cli.main import main
 
 SIZE = ["size", "--rate", "18000", "--horizon", "12h", "--entry-bytes", "96"]
 CHECKPOINT = ["plan", "checkpoint", "--rate", "18000", "--interval", "30s", "--recovery-rate", "24000"]
@@ -41,28 +39,6 @@ BACKFILL_KEYS = {
 }  # fmt: skip
 
 
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def run_json(capsys: pytest.CaptureFixture[str], *argv: str, expect: int = 0) -> dict[str, Any]:
-    code, out, err = run(capsys, *argv, "--json")
-    assert code == expect, err
-    document = json.loads(out)
-    assert isinstance(document, dict)
-    return document
-
-
-def rows(out: str) -> dict[str, str]:
-    """The aligned table as label -> value; labels and values are separated by three or more spaces."""
-    table = {}
-    for line in out.splitlines():
-        label, sep, value = line.partition("   ")
-        assert sep, f"not a table row: {line!r}"
-        table[label.strip()] = value.strip()
-    return table
 
 
 def assert_one_line_error(err: str, kind: str = "error") -> str:
