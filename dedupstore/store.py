@@ -196,7 +196,7 @@ class _Partition:
 class _Namespace:
     """A registered namespace as this handle uses it: config plus one Space per partition."""
 
-    __slots__ = ("config", "spaces", "lease_us", "fields", "max_outcome")
+    __slots__ = ("config", "spaces", "lease_us", "fields", "max_outcome", "prefix")
 
     def __init__(self, config: NamespaceConfig, parts: Sequence[_Partition]) -> None:
         self.config = config
@@ -204,6 +204,7 @@ class _Namespace:
         self.lease_us = int(config.lease * 1_000_000)
         self.fields = config.intent_fields
         self.max_outcome = config.max_outcome_bytes
+        self.prefix = config.prefix  # computed once: every request routes with it
 
 
 class DedupStore:
@@ -528,7 +529,7 @@ class DedupStore:
         ns = self._namespace(namespace)
         kb = _native.key_bytes(key)
         digest = None if intent is None else self._hasher.intent_digest(intent, ns.fields)
-        pidx = self._hasher.route(ns.config.prefix, kb, self._nparts)
+        pidx = self._hasher.route(ns.prefix, kb, self._nparts)
         part = self._parts[pidx]
         space = ns.spaces[pidx]
         now = self._now_us()
@@ -576,7 +577,7 @@ class DedupStore:
             ets = [None if t is None else _time_us(t, "event_time") for t in event_times]
         cl = None if claimant is None else _small_bytes(claimant, "claimant", MAX_CLAIMANT_BYTES)
         route = self._hasher.route
-        prefix = ns.config.prefix
+        prefix = ns.prefix
         nparts = self._nparts
         pidxs = [route(prefix, kb, nparts) for kb in kbs]
         spaces = [ns.spaces[p] for p in pidxs]
@@ -633,7 +634,7 @@ class DedupStore:
         ns = self._namespace(namespace)
         kb = _native.key_bytes(key)
         tok = _token(token)
-        pidx = self._hasher.route(ns.config.prefix, kb, self._nparts)
+        pidx = self._hasher.route(ns.prefix, kb, self._nparts)
         return ns, kb, tok, self._parts[pidx]
 
     def _outcome(self, ns: _Namespace, namespace: str, outcome: object) -> bytes:
@@ -687,7 +688,7 @@ class DedupStore:
         kbs = [_native.key_bytes(k) for k in keys]
         toks = [_token(t) for t in tokens]
         route = self._hasher.route
-        prefix = ns.config.prefix
+        prefix = ns.prefix
         pidxs = [route(prefix, kb, self._nparts) for kb in kbs]
         groups: dict[int, list[int]] = {}
         for i, p in enumerate(pidxs):
@@ -767,7 +768,7 @@ class DedupStore:
         self._check()
         ns = self._namespace(namespace)
         kb = _native.key_bytes(key)
-        pidx = self._hasher.route(ns.config.prefix, kb, self._nparts)
+        pidx = self._hasher.route(ns.prefix, kb, self._nparts)
         now = self._now_us()
         with self._parts[pidx].env.begin() as txn:
             hit = ns.spaces[pidx].lookup(txn, kb, now)
@@ -779,7 +780,7 @@ class DedupStore:
         """Records in PENDING or UNKNOWN state (oldest first), for reconciliation."""
         self._check()
         ns = self._namespace(namespace)
-        prefix = ns.config.prefix
+        prefix = ns.prefix
         now = self._now_us()
         out: list[Record] = []
         for part in self._parts:
@@ -955,7 +956,7 @@ class DedupStore:
                     wanted = [g for g in range(sealed1 - 1, floor - 1, -1) if g not in space.blooms]
                     to_build = []
                     for g in wanted:
-                        raw = txn.get(_native.bloom_key(ns.config.prefix, g), db=part.meta)
+                        raw = txn.get(_native.bloom_key(ns.prefix, g), db=part.meta)
                         if raw is None:
                             to_build.append(g)
                             continue
@@ -974,7 +975,7 @@ class DedupStore:
                     if bf is None:
                         bf = _native.BloomFilter(1, BLOOM_FP_RATE, self._bloom_tag)  # empty: rules every key out
                     blob = bf.to_bytes()
-                    key = _native.bloom_key(ns.config.prefix, g)
+                    key = _native.bloom_key(ns.prefix, g)
                     part.committer.run(functools.partial(_put_meta, key=key, value=blob, db=part.meta))
                     space.blooms[g] = bf
                     done["built"] += 1
