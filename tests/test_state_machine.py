@@ -1,9 +1,11 @@
 """The verdict table of SPEC section 3, checked against a dict model.
 
 A Hypothesis state machine drives one store (two partitions, an injected clock)
-with claims, batches, complete/release/renew with current, stale and bogus
-tokens, clock jumps around the lease length and close-and-reopen, and after
-every step compares each key's stored record with the model.
+with claims (with and without an old ``event_time``), batches, complete/release/
+renew with current, stale and bogus tokens, clock jumps around the lease length
+and past the horizon, eviction, prefilter refreshes and close-and-reopen, and
+after every step compares each key's stored record, the unresolved set and the
+eviction frontier with the model (SPEC sections 3 and 5).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
@@ -25,6 +27,12 @@ from dedupstore import ClaimResult, DedupStore, LeaseLostError, Record, RecordSt
 NS = "sm"
 LEASE_S = 10.0
 LEASE_US = 10_000_000
+# A one-hour horizon has 450-second generations: the clock steps below cross
+# generations, and a few of them cross the horizon, so records age out.
+HORIZON_S = 3600
+HORIZON_US = HORIZON_S * 1_000_000
+GEN_US = HORIZON_US // 8
+PARTITIONS = 2
 KEYS = ["k0", "k1", "k2", "k3"]
 # (label, value): values with the same label are the same intent after
 # canonicalisation (key order and 1 == 1.0 must not matter), so the model
@@ -40,10 +48,13 @@ CLAIMANTS = [None, "c1", "c2"]
 OUTCOMES = [b"", b"ok", b"other"]
 # Per-call leases (None: the namespace's 10 s) and clock steps straddle the
 # lease length, including exact expiry (a lease is live while until > now);
-# the half-hour step crosses generations (an hour each under a 7-day horizon),
-# so records are also found in older generations and after reopening.
+# the longer steps cross generations and the horizon, so records are found in
+# older generations, after reopening, and then evicted.
 LEASES: list[float | None] = [None, None, 3.0, 20.0]
-STEPS = [0.5, 1.0, 2.5, 3.0, 9.5, 10.0, 10.5, 20.0, 45.0, 1800.0]
+STEPS = [0.5, 1.0, 2.5, 3.0, 9.5, 10.0, 10.5, 20.0, 45.0, 450.0, 1800.0, 3600.0]
+# event_time as an offset from now (None: no event_time). The older ones fall
+# before the namespace's creation, or before what eviction has removed.
+EVENT_OFFSETS: list[float | None] = [None, None, None, 0.0, -900.0, -5400.0, -86400.0]
 # A well-formed token no claim will ever hand out (tokens are random 63-bit).
 BOGUS_TOKEN = 0x5EED_5EED_5EED
 
@@ -65,10 +76,18 @@ class Model:
     token: int
     until_us: int  # lease expiry while pending, completion time once completed
     claimant: str | None
-    origin: Status  # what the current holder was granted: NEW or UNKNOWN
+    origin: Status  # what the current holder was granted: NEW, UNKNOWN or BEYOND_HORIZON
     first_seen_us: int
     attempts: int
     outcome: bytes | None = None
+    pinned: bool = False  # its generation was evicted while it was unresolved
+
+
+GRANTS = (Status.NEW, Status.UNKNOWN, Status.BEYOND_HORIZON)
+
+
+def generation_end_us(first_seen_us: int) -> int:
+    return (first_seen_us // GEN_US + 1) * GEN_US
 
 
 @dataclass
@@ -85,10 +104,14 @@ class VerdictMachine(RuleBasedStateMachine):
         self.dir = Path(tempfile.mkdtemp(dir=base))
         self.path = self.dir / "store"
         self.clock = Clock()
-        self.store = DedupStore.open(self.path, clock=self.clock, partitions=2)
-        # A week's horizon: nothing the machine writes can age out while it runs.
-        self.store.ensure_namespace(NS, horizon="7d", lease=LEASE_S)
+        # No background eviction: the evict rule decides when it happens.
+        self.store = DedupStore.open(self.path, clock=self.clock, partitions=PARTITIONS, eviction_rate=0)
+        self.store.ensure_namespace(NS, horizon=HORIZON_S, lease=LEASE_S)
         self.model: dict[str, Model] = {}
+        # The eviction frontier of each partition: the namespace's creation
+        # time, raised to the end of the generation of each record evicted.
+        self.frontier = [self.now_us()] * PARTITIONS
+        self.evicted = 0
         # Every token ever handed out per key: the pool of stale tokens.
         self.issued: dict[str, set[int]] = {k: set() for k in KEYS}
         self.digests: dict[str, bytes] = {}
@@ -103,10 +126,22 @@ class VerdictMachine(RuleBasedStateMachine):
         # The same conversion the store applies to its clock.
         return int(self.clock() * 1_000_000)
 
-    def expect_claim(self, key: str, label: str | None, claimant: str | None) -> Expect:
+    def partition(self, key: str) -> int:
+        # White-box: the frontier is kept per partition, so the model asks the
+        # store's own keyed routing which partition a key lives in.
+        store = self.store
+        return store._hasher.route(store._namespace(NS).prefix, key.encode(), PARTITIONS)
+
+    def event_time(self, offset: float | None) -> float | None:
+        return None if offset is None else self.clock() + offset
+
+    def expect_claim(self, key: str, label: str | None, claimant: str | None, event_time: float | None) -> Expect:
         rec = self.model.get(key)
         now = self.now_us()
         if rec is None:
+            if event_time is not None and int(event_time * 1_000_000) < self.frontier[self.partition(key)]:
+                # Its evidence may have been evicted (or predates the namespace).
+                return Expect(Status.BEYOND_HORIZON)
             return Expect(Status.NEW)
         if label is not None and rec.intent is not None and label != rec.intent:
             return Expect(Status.CONFLICT)
@@ -119,12 +154,20 @@ class VerdictMachine(RuleBasedStateMachine):
         return Expect(Status.UNKNOWN)
 
     def check_and_apply_claim(
-        self, key: str, label: str | None, claimant: str | None, lease_us: int, res: ClaimResult, before: Record | None
+        self,
+        key: str,
+        label: str | None,
+        claimant: str | None,
+        event_time: float | None,
+        lease_us: int,
+        res: ClaimResult,
+        before: Record | None,
     ) -> None:
-        exp = self.expect_claim(key, label, claimant)
-        assert res.status is exp.status, (key, label, claimant, res, exp, self.model.get(key))
+        exp = self.expect_claim(key, label, claimant, event_time)
+        assert res.status is exp.status, (key, label, claimant, event_time, res, exp, self.model.get(key))
+        event(f"verdict {res.status.name}")
         now = self.now_us()
-        if exp.status in (Status.NEW, Status.UNKNOWN):
+        if exp.status in GRANTS:
             assert res.token is not None
             if exp.token is not None:
                 # The holder retrying gets its own lease back, unchanged.
@@ -137,7 +180,7 @@ class VerdictMachine(RuleBasedStateMachine):
             if rec is None:
                 self.model[key] = Model(
                     intent=label, completed=False, token=res.token, until_us=now + lease_us, claimant=claimant,
-                    origin=Status.NEW, first_seen_us=now, attempts=1,
+                    origin=exp.status, first_seen_us=now, attempts=1,
                 )
             else:
                 rec.token = res.token
@@ -183,18 +226,37 @@ class VerdictMachine(RuleBasedStateMachine):
         intent=st.sampled_from(INTENTS),
         claimant=st.sampled_from(CLAIMANTS),
         lease=st.sampled_from(LEASES),
+        offset=st.sampled_from(EVENT_OFFSETS),
     )
-    def claim(self, key: str, intent: tuple[str | None, Any], claimant: str | None, lease: float | None) -> None:
+    def claim(
+        self, key: str, intent: tuple[str | None, Any], claimant: str | None, lease: float | None, offset: float | None
+    ) -> None:
         label, value = intent
         before = self.store.lookup(NS, key)
-        res = self.store.claim(NS, key, value, claimant=claimant, lease=lease)
+        event_time = self.event_time(offset)
+        res = self.store.claim(NS, key, value, claimant=claimant, lease=lease, event_time=event_time)
         lease_us = LEASE_US if lease is None else int(lease * 1_000_000)
-        self.check_and_apply_claim(key, label, claimant, lease_us, res, before)
+        self.check_and_apply_claim(key, label, claimant, event_time, lease_us, res, before)
         after = self.store.lookup(NS, key)
         if res.status in (Status.CONFLICT, Status.DUPLICATE, Status.IN_PROGRESS):
             assert after == before, "a read-only verdict changed the record"
         else:
             assert res.record == after
+
+    @rule(key=st.sampled_from(KEYS), intent=st.sampled_from(INTENTS), offset=st.sampled_from(EVENT_OFFSETS))
+    def perform(self, key: str, intent: tuple[str | None, Any], offset: float | None) -> None:
+        # The consumer's usual path: claim, and on a grant do the effect and
+        # complete at once (so completed records pile up for eviction).
+        label, value = intent
+        before = self.store.lookup(NS, key)
+        event_time = self.event_time(offset)
+        res = self.store.claim(NS, key, value, event_time=event_time)
+        self.check_and_apply_claim(key, label, None, event_time, LEASE_US, res, before)
+        if res.token is not None:
+            got = self.store.complete(NS, key, res.token, b"done")
+            rec = self.model[key]
+            rec.completed, rec.outcome, rec.until_us = True, b"done", self.now_us()
+            self.check_record(key, got)
 
     @rule(data=st.data(), claimant=st.sampled_from(CLAIMANTS))
     def claim_many(self, data: st.DataObject, claimant: str | None) -> None:
@@ -202,20 +264,26 @@ class VerdictMachine(RuleBasedStateMachine):
         intents = data.draw(
             st.none() | st.lists(st.sampled_from(INTENTS), min_size=len(keys), max_size=len(keys)), label="intents"
         )
+        offsets = data.draw(
+            st.none() | st.lists(st.sampled_from(EVENT_OFFSETS), min_size=len(keys), max_size=len(keys)),
+            label="event time offsets",
+        )
+        event_times = None if offsets is None else [self.event_time(o) for o in offsets]
         befores = {k: self.store.lookup(NS, k) for k in set(keys)}
         values = None if intents is None else [v for _, v in intents]
-        batch = self.store.claim_many(NS, keys, values, claimant=claimant)
+        batch = self.store.claim_many(NS, keys, values, claimant=claimant, event_times=event_times)
         assert len(batch) == len(keys)
         assert [r.key for r in batch] == [k.encode() for k in keys]
         # One batch must answer exactly what the same claims would, one after another.
         for i, (key, res) in enumerate(zip(keys, batch, strict=True)):
             label = None if intents is None else intents[i][0]
+            event_time = None if event_times is None else event_times[i]
             before = befores[key]
-            self.check_and_apply_claim(key, label, claimant, LEASE_US, res, before)
-            if res.status in (Status.NEW, Status.UNKNOWN):
+            self.check_and_apply_claim(key, label, claimant, event_time, LEASE_US, res, before)
+            if res.status in GRANTS:
                 befores[key] = res.record
         for key, res in zip(keys, batch, strict=True):
-            if res.status in (Status.NEW, Status.UNKNOWN):
+            if res.status in GRANTS:
                 # Nothing later in a batch rewrites a lease it just granted.
                 assert res.record == self.store.lookup(NS, key)
 
@@ -287,17 +355,58 @@ class VerdictMachine(RuleBasedStateMachine):
         self.clock.now += seconds
 
     @rule()
-    def evict(self) -> None:
-        # Every record is well inside the 7-day horizon: nothing is due, and
-        # the invariant then checks that nothing went missing either.
+    def age_past_horizon(self) -> None:
+        # A horizon and a generation: whatever existed is now due for eviction.
+        self.clock.now += HORIZON_S + GEN_US / 1e6
+
+    @rule(budget=st.sampled_from([None, None, 1]), age=st.booleans())
+    def evict(self, budget: int | None, age: bool) -> None:
+        # A generation goes once its end is a horizon behind the clock: its
+        # completed records are deleted (raising their partition's frontier to
+        # the generation's end) and its unresolved ones pinned, never deleted.
+        # A completed record left in the pinned set goes on the same terms.
+        if age:
+            self.age_past_horizon()
+        now = self.now_us()
+        due = sorted(
+            (generation_end_us(rec.first_seen_us), key)
+            for key, rec in self.model.items()
+            if generation_end_us(rec.first_seen_us) + HORIZON_US <= now and (rec.completed or not rec.pinned)
+        )
+        if budget is not None:
+            # Oldest generation first; which record of a generation goes first
+            # is the store's business, so a budget of one is checked for its
+            # count and then the rest are swept before comparing.
+            counts = self.store.evict(budget)
+            assert counts["deleted"] + counts["pinned"] == min(budget, len(due))
         counts = self.store.evict()
-        assert (counts["deleted"], counts["pinned"]) == (0, 0)
+        deleted = pinned = 0
+        for end, key in due:
+            rec = self.model[key]
+            if rec.completed:
+                del self.model[key]
+                part = self.partition(key)
+                self.frontier[part] = max(self.frontier[part], end)
+                deleted += 1
+            else:
+                rec.pinned = True
+                pinned += 1
+        if budget is None:
+            assert (counts["deleted"], counts["pinned"]) == (deleted, pinned)
+        self.evicted += deleted
+        event(f"evict deleted={min(deleted, 2)}+ pinned={min(pinned, 2)}+")
+
+    @rule()
+    def refresh_prefilter(self) -> None:
+        # Seals the generations that ended a generation ago and builds their
+        # filters; no verdict may change (the invariant looks every key up).
+        self.store.refresh_prefilter()
 
     @rule()
     def reopen(self) -> None:
         self.store.close()
         # No partitions and no ensure_namespace: both must come back from disk.
-        self.store = DedupStore.open(self.path, clock=self.clock)
+        self.store = DedupStore.open(self.path, clock=self.clock, eviction_rate=0)
         assert self.store.partitions == 2
 
     # --------------------------------------------------------------- invariant
@@ -338,6 +447,13 @@ class VerdictMachine(RuleBasedStateMachine):
         unresolved = {r.key.decode() for r in self.store.unresolved(NS)}
         assert unresolved == {k for k, r in self.model.items() if not r.completed}
 
+    @invariant()
+    def frontier_and_counts_match_model(self) -> None:
+        ns = self.store.stats()["namespaces"][NS]
+        assert ns["frontier"] == max(self.frontier) / 1e6
+        assert ns["evicted"] == self.evicted
+        assert ns["unresolved"] == sum(not r.completed for r in self.model.values())
+
 
 def run_machine(base: Path, max_examples: int, steps: int) -> None:
     run_state_machine_as_test(
@@ -367,7 +483,7 @@ def test_verdicts_follow_the_model_long(tmp_path: Path) -> None:
 def sm_store(tmp_path: Path) -> Iterator[tuple[DedupStore, Clock]]:
     clock = Clock()
     store = DedupStore.open(tmp_path / "store", clock=clock, partitions=2)
-    store.ensure_namespace(NS, horizon="7d", lease=LEASE_S)
+    store.ensure_namespace(NS, horizon="7d", lease=LEASE_S)  # hour-long generations
     try:
         yield store, clock
     finally:
