@@ -102,16 +102,74 @@ def open_env(path: Path, *, map_size: int, durability: str, max_dbs: int) -> lmd
         raise StoreFormatError(f"{path} was written by an incompatible LMDB: {exc}") from None
     except lmdb.Error as exc:
         raise StoreFormatError(f"cannot open {path}: {exc}") from None
-    # A data file shorter than the pages its meta page claims would be read
-    # through the map as SIGBUS, a crash rather than an error: refuse it here.
-    data = path / "data.mdb"
-    need = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
-    if data.stat().st_size < need:
+    # A page past the end of the data file is read through the map as SIGBUS,
+    # a crash rather than an error: refuse a file cut short under its roots.
+    problem = missing_roots(path / "data.mdb", int(env.stat()["psize"]))
+    if problem is not None:
         env.close()
-        raise StoreFormatError(
-            f"{data} is truncated: {data.stat().st_size:,} bytes, but its last committed page ends at {need:,}"
-        )
+        raise StoreFormatError(problem)
     return env
+
+
+# LMDB 0.9's page layout on a 64-bit build (lmdb's mdb.c): a 16-byte page
+# header (pgno u64, pad u16, flags u16, lower u16, upper u16); the meta page's
+# MDB_meta after it, with the free and main databases' MDB_db records (48
+# bytes each, the root page number at +40), last page number and txn id.
+_PAGE_HEADER = 16
+_META_TXNID = 144
+_META_ROOTS = {"free list": 80, "main database": 128}
+_DB_ROOT = 40
+_P_LEAF = 0x02
+_F_SUBDATA = 0x02
+_NO_PAGE = (1 << 64) - 1
+
+
+def missing_roots(data: Path, psize: int) -> str | None:
+    """Why ``data`` (an LMDB data file) cannot be read safely, or None.
+
+    The test is that the newest meta page's roots, and the roots of the named
+    databases listed in the main database, lie inside the file. Comparing the
+    file's size with LMDB's last page number is not the test: a page allocated
+    and freed again in one transaction is counted there but never written, so
+    a healthy file can end before it. Pages deeper in the trees are only
+    checked by ``dedupstore verify``'s walk."""
+    try:
+        with open(data, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < 2 * psize:
+                return f"{data} is truncated: {size:,} bytes, shorter than LMDB's two meta pages"
+
+            def page(pgno: int) -> bytes:
+                return os.pread(f.fileno(), psize, pgno * psize)
+
+            metas = [page(0), page(1)]
+            meta = max(metas, key=lambda m: int.from_bytes(m[_META_TXNID : _META_TXNID + 8], "little"))
+            roots = {name: int.from_bytes(meta[at : at + 8], "little") for name, at in _META_ROOTS.items()}
+            main = roots["main database"]
+            if main != _NO_PAGE and (main + 1) * psize <= size:
+                leaf = page(main)
+                flags = int.from_bytes(leaf[10:12], "little")
+                lower = int.from_bytes(leaf[12:14], "little")
+                if flags & _P_LEAF:
+                    for i in range(max(0, (lower - _PAGE_HEADER) // 2)):
+                        at = int.from_bytes(leaf[_PAGE_HEADER + 2 * i : _PAGE_HEADER + 2 * i + 2], "little")
+                        if at + 8 > psize:
+                            break
+                        nflags = int.from_bytes(leaf[at + 4 : at + 6], "little")
+                        ksize = int.from_bytes(leaf[at + 6 : at + 8], "little")
+                        root_at = at + 8 + ksize + _DB_ROOT
+                        if nflags & _F_SUBDATA and root_at + 8 <= psize:
+                            name = leaf[at + 8 : at + 8 + ksize].decode("ascii", "replace")
+                            roots[f"database {name!r}"] = int.from_bytes(leaf[root_at : root_at + 8], "little")
+    except OSError as exc:
+        return f"cannot read {data}: {exc}"
+    for name, root in roots.items():
+        if root != _NO_PAGE and (root + 1) * psize > size:
+            return (
+                f"{data} is truncated: {size:,} bytes, but the root page of its {name} "
+                f"(page {root:,}) ends at byte {(root + 1) * psize:,}"
+            )
+    return None
 
 
 def open_meta(root: Path, *, create: bool, partitions: int | None, now: float) -> tuple[lmdb.Environment, StoreInfo]:

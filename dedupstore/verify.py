@@ -45,6 +45,7 @@ from .layout import (
     MAX_READERS,
     NS_KEY,
     NSID_KEY,
+    missing_roots,
     parse_format,
     partition_dir,
     same_file_key,
@@ -256,14 +257,10 @@ class _Verifier:
         if fig.pages_used < 2:
             self.problem(where, "lmdb-stat", f"last page number {fig.pages_used - 1} leaves no room for the meta pages")
             return None
-        if fig.bytes_used > fig.file_bytes:
+        cut = missing_roots(path / "data.mdb", psize)
+        if cut is not None:
             # Pages past the end of a mapped file raise SIGBUS when touched: stop here.
-            self.problem(
-                where,
-                "lmdb-stat",
-                f"data.mdb is {fig.file_bytes:,} bytes but LMDB's meta page says {fig.pages_used:,} pages "
-                f"({fig.bytes_used:,} bytes) are in use: the file was truncated; its pages were not walked",
-            )
+            self.problem(where, "lmdb-stat", f"{cut}; its pages were not walked")
             return None
         if fig.bytes_used > fig.map_size:
             self.problem(where, "lmdb-stat", f"{fig.bytes_used:,} bytes in use exceed the map of {fig.map_size:,}")

@@ -205,3 +205,25 @@ def test_a_truncated_data_file_is_refused_not_a_crash(tmp_path: Path) -> None:
         f.truncate(data.stat().st_size // 2)
     with pytest.raises(StoreFormatError, match="truncated"):
         DedupStore.open(tmp_path / "s")
+
+
+def test_a_file_ending_before_lmdbs_last_page_number_still_opens(tmp_path: Path) -> None:
+    # Found by the state machine: sealing and filtering empty generations then
+    # evicting them leaves a partition whose last transaction allocated a page
+    # and freed it again. LMDB counts that page in its last page number but
+    # never writes it, so the file ends a page early; that file is healthy.
+    clock = FakeClock(1_700_000_000.0)
+    store = DedupStore.open(tmp_path / "s", partitions=1, clock=clock, eviction_rate=0)
+    store.ensure_namespace("n", horizon=3600)
+    clock.advance(6 * 4050)
+    store.refresh_prefilter()
+    store.evict()
+    store.close()
+    data = tmp_path / "s" / "p000" / "data.mdb"
+    env = lmdb.open(str(data.parent), max_dbs=4, readonly=True, lock=False)
+    try:
+        assert (env.info()["last_pgno"] + 1) * env.stat()["psize"] > data.stat().st_size
+    finally:
+        env.close()
+    with DedupStore.open(tmp_path / "s", clock=clock) as again:
+        assert again.claim("n", "k").status is Status.NEW
