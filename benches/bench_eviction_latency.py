@@ -5,7 +5,8 @@ past their one-hour horizon, then drives it with an open-loop stream of new
 keys at ``--rate`` events/s for ``--seconds``: due events are claimed with
 ``claim_many`` (as a consumer claims what it polled) and completed, and each
 event's latency is measured from its scheduled time (a stall shows, it is not
-hidden). One run has the background evictor off (``eviction_rate=0``); the
+hidden). The backlog is loaded without fsync, as bench_scale.py loads, and
+flushed to disk before the measured part. One run has the background evictor off (``eviction_rate=0``); the
 other has it on at its default rate, deleting the backlog while the claims run.
 Run from outside the source tree:
 
@@ -23,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_scale import Keys, load, pct
+from bench_scale import LOAD_DURABILITY, Keys, load, pct
 
 from dedupstore import DedupStore
 from dedupstore.store import DEFAULT_EVICTION_RATE
@@ -55,10 +56,14 @@ def run(evict: bool, rate: float, seconds: float, backlog: int, durability: str)
     keys = Keys(seed=2)
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
         root = Path(tmp) / "s"
-        with DedupStore.open(root, clock=clock, durability=durability, eviction_rate=0) as store:
+        with DedupStore.open(root, clock=clock, durability=LOAD_DURABILITY, eviction_rate=0) as store:
             clock.offset = -2 * HORIZON_S - 900  # the namespace and its backlog date from two horizons ago
             store.ensure_namespace(NS, horizon=HORIZON_S)
             load(store, clock, keys, backlog)
+        for f in root.rglob("data.mdb"):
+            fd = os.open(f, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
         clock.offset = 0.0
         rate_arg = DEFAULT_EVICTION_RATE if evict else 0
         with DedupStore.open(root, clock=clock, durability=durability, eviction_rate=rate_arg) as store:
