@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from dedupstore import DedupStore
@@ -77,3 +83,33 @@ def authority(kind: str, store: DedupStore, **client_kwargs: Any) -> Iterator[An
                 yield bridge
             finally:
                 bridge.close()
+
+
+def make_store_dir(tmp_path: Path, namespace: str) -> Path:
+    """A closed store with ``namespace`` (5-minute lease), for a ``dedupstore serve`` subprocess."""
+    path = tmp_path / "served"
+    with DedupStore.open(path) as s:
+        s.ensure_namespace(namespace, horizon="1h", lease="5m")
+    return path
+
+
+def serve_process(path: Path, listen: str, *args: str, **env: str) -> tuple[subprocess.Popen[str], str]:
+    """``dedupstore serve`` in a subprocess; returns it and the address it reported when ready."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dedupstore", "serve", "--path", str(path), "--listen", listen, "--json", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env},
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        _, err = proc.communicate(timeout=60)
+        raise AssertionError(f"serve did not start: {err}")
+    return proc, json.loads(line)["listen"]
+
+
+def stop_process(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
+    """SIGTERM (if still running), then its exit code, stdout and stderr."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    return proc.returncode, out, err
