@@ -107,9 +107,9 @@ def serve_process(path: Path, listen: str, *args: str, **env: str) -> tuple[subp
     return proc, json.loads(line)["listen"]
 
 
-def stop_process(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
-    """SIGTERM (if still running), then its exit code, stdout and stderr."""
-    if proc.poll() is None:
+def stop_process(proc: subprocess.Popen[str], signalled: bool = False) -> tuple[int, str, str]:
+    """SIGTERM (unless ``signalled`` already, or it has exited), then its exit code, stdout and stderr."""
+    if not signalled and proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     return proc.returncode, out, err

@@ -22,6 +22,7 @@ def test_sigterm_drains_in_flight_calls_and_closes_the_store(tmp_path: Path) -> 
     path = make_store_dir(tmp_path, NS)
     # Each write's reply waits 2 s after its commit: long enough to signal mid-call.
     proc, target = serve_process(path, "127.0.0.1:0", "--grace", "30s", DEDUPSTORE_TEST_HOOK="delay-after-commit=2")
+    signalled = False
     try:
         with grpc.insecure_channel(target) as channel, DedupClient(target, retries=0) as client, \
                 ThreadPoolExecutor(1) as pool:
@@ -33,6 +34,7 @@ def test_sigterm_drains_in_flight_calls_and_closes_the_store(tmp_path: Path) -> 
             while client.lookup(NS, "slow") is None:  # committed: now waiting to reply
                 time.sleep(0.01)
             proc.send_signal(signal.SIGTERM)
+            signalled = True  # once: a second SIGTERM is not part of this test
             assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
             watch.cancel()
             with pytest.raises(ServiceError) as refused:
@@ -40,7 +42,7 @@ def test_sigterm_drains_in_flight_calls_and_closes_the_store(tmp_path: Path) -> 
             assert refused.value.code == "UNAVAILABLE"
             assert in_flight.result(timeout=60).status is Status.NEW  # finished, reply delivered
     finally:
-        code, out, err = stop_process(proc)
+        code, out, err = stop_process(proc, signalled)
     assert code == 0, err
     assert "stopped on SIGTERM; store closed" in out
     with DedupStore.open(path) as store:

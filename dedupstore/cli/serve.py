@@ -125,7 +125,10 @@ def run(args: argparse.Namespace) -> int:
             store, listen=args.listen, token=token, tls=tls, limits=limits, workers=workers,
             metrics_listen=args.metrics_listen, after_commit=hook,
         )
-        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        # Installed for the rest of the run: a second signal during shutdown
+        # must not kill the process while it closes the store.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, on_signal)
         try:
             server.start()
             ready = {
@@ -152,8 +155,6 @@ def run(args: argparse.Namespace) -> int:
             server.stop(grace)
         finally:
             server.stop(0)
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
     print(f"dedupstore: stopped on {received[0] if received else 'request'}; store closed", flush=True)
     return EXIT_OK
 
