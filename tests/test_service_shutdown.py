@@ -39,7 +39,9 @@ def test_sigterm_drains_in_flight_calls_and_closes_the_store(tmp_path: Path) -> 
             watch.cancel()
             with pytest.raises(ServiceError) as refused:
                 client.claim(NS, "late")
-            assert refused.value.code == "UNAVAILABLE"
+            # Refused either way: UNAVAILABLE once the listener is gone, CANCELLED
+            # for a call the stopping server had just accepted (never run: see below).
+            assert refused.value.code in ("UNAVAILABLE", "CANCELLED")
             assert in_flight.result(timeout=60).status is Status.NEW  # finished, reply delivered
     finally:
         code, out, err = stop_process(proc, signalled)
