@@ -26,10 +26,12 @@ from .errors import (
     LeaseLostError,
     OutcomeTooLargeError,
     ReplayWindowError,
+    ServiceError,
     StoreAlreadyOpenError,
     StoreClosedError,
     StoreFormatError,
     StoreFullError,
+    UnauthenticatedError,
     UnknownNamespaceError,
 )
 from .namespace import NamespaceConfig, ReplayWindowWarning
@@ -58,10 +60,12 @@ __all__ = [
     "RecordState",
     "ReplayWindowError",
     "ReplayWindowWarning",
+    "ServiceError",
     "Status",
     "StoreAlreadyOpenError",
     "StoreClosedError",
     "StoreFormatError",
     "StoreFullError",
+    "UnauthenticatedError",
     "UnknownNamespaceError",
 ]

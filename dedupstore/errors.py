@@ -79,6 +79,25 @@ class StoreAlreadyOpenError(DedupError):
     """This process already holds a handle on that store directory."""
 
 
+class ServiceError(DedupError):
+    """A call to the shared service (``dedupstore.client``) failed for a reason of
+    the service rather than of the verdict logic: unreachable after the client's
+    retries, deadline exceeded every time, refused, or an internal error.
+
+    ``code`` is the gRPC status code's name (``"UNAVAILABLE"``, ...). Whether a
+    claim made by such a call took effect is unknown; retrying it with the same
+    ``claimant`` gets its own lease back rather than a second ``NEW``.
+    """
+
+    def __init__(self, message: str, code: str = "UNKNOWN") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class UnauthenticatedError(ServiceError):
+    """The server requires a token and the call carried none, or a wrong one; nothing was changed."""
+
+
 class EffectNotRunError(DedupError):
     """``DedupStore.idempotent`` did not run the function: the verdict was not NEW or DUPLICATE.
 

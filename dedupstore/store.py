@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
-import json
 import logging
 import os
 import threading
@@ -25,10 +24,9 @@ from typing import Any, TypeVar
 
 import lmdb
 
-from . import _native
+from . import _native, effects
 from .commit import GroupCommitter
 from .errors import (
-    EffectNotRunError,
     ForkedStoreError,
     InvalidInputError,
     InvalidTokenError,
@@ -1037,27 +1035,6 @@ class DedupStore:
         happened: the key turns UNKNOWN when the lease expires) unless it is
         one of ``release_on``, which declare "no effect happened".
         """
-        enc = dumps or (lambda v: json.dumps(v, sort_keys=True, separators=(",", ":")).encode())
-        dec = loads or json.loads
-
-        def wrap(fn: F) -> F:
-            @functools.wraps(fn)
-            def run(*args: Any, **kwargs: Any) -> Any:
-                k = key(*args, **kwargs)
-                res = self.claim(namespace, k, None if intent is None else intent(*args, **kwargs))
-                if res.status is Status.DUPLICATE:
-                    return dec(res.outcome or b"null")
-                if res.status is not Status.NEW:
-                    raise EffectNotRunError(res)
-                assert res.token is not None
-                try:
-                    value = fn(*args, **kwargs)
-                except release_on:
-                    self.release(namespace, k, res.token)
-                    raise
-                self.complete(namespace, k, res.token, enc(value))
-                return value
-
-            return run  # type: ignore[return-value]
-
-        return wrap
+        return effects.idempotent(
+            self, namespace, key=key, intent=intent, dumps=dumps, loads=loads, release_on=release_on
+        )

@@ -155,6 +155,16 @@ class ClaimResult:
         self._now = now_us
         self._record: Record | None = None
 
+    @classmethod
+    def from_record(
+        cls, status: Status, token: int | None, retry_after: float | None, namespace: str, key: bytes,
+        record: Record | None,
+    ) -> ClaimResult:
+        """A verdict whose record is already decoded (the service's clients build these)."""
+        res = cls(status, token, retry_after, namespace, key, None, 0, 0)
+        res._record = record
+        return res
+
     @property
     def record(self) -> Record | None:
         # Decoded on first use: most callers of a NEW verdict never look.
@@ -164,11 +174,11 @@ class ClaimResult:
 
     @property
     def outcome(self) -> bytes | None:
-        if self.status is not Status.DUPLICATE or self._raw is None:
+        if self.status is not Status.DUPLICATE:
             return None
         if self._record is not None:
             return self._record.outcome
-        return _native.record_outcome(self._raw)
+        return None if self._raw is None else _native.record_outcome(self._raw)
 
     @property
     def holds_lease(self) -> bool:

@@ -1,11 +1,15 @@
-"""Shared fixtures: a store in a temporary directory with an injectable clock."""
+"""Shared fixtures: a store in a temporary directory with an injectable clock, and the
+authorities the conformance tests run against (the store, and sync/async clients of it)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from _service import KINDS
+from _service import authority as _authority
 
 from dedupstore import DedupStore
 
@@ -41,3 +45,10 @@ def store(store_path: Path, clock: FakeClock) -> Iterator[DedupStore]:
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture(params=KINDS)
+def authority(request: pytest.FixtureRequest, store: DedupStore) -> Iterator[Any]:
+    """The ``store`` fixture itself, or a sync or async client of a server over it (same clock)."""
+    with _authority(request.param, store) as auth:
+        yield auth

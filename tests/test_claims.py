@@ -1,9 +1,18 @@
-"""One test per verdict and per token rule of SPEC section 3."""
+"""One test per verdict and per token rule of SPEC section 3.
+
+This is also the conformance suite of the shared service: every test that takes
+the ``authority`` fixture runs three times, against the embedded ``DedupStore``,
+a ``DedupClient`` and an ``AsyncDedupClient`` of a server over the same store
+(tests/conftest.py), so "the same verdicts embedded and shared" is checked, not
+claimed. ``store`` is the store itself, for what only the embedded API has
+(``ensure_namespace``, ``unresolved``, ``complete_many``, ``release_many``).
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+from typing import Any
 
 import pytest
 from conftest import FakeClock
@@ -21,232 +30,231 @@ from dedupstore import (
 NS = "orders"
 
 
-def test_new_then_duplicate_returns_recorded_outcome(store: DedupStore) -> None:
-    first = store.claim(NS, "order-1:v1", {"amount": 100})
+def test_new_then_duplicate_returns_recorded_outcome(authority: Any) -> None:
+    first = authority.claim(NS, "order-1:v1", {"amount": 100})
     assert first.status is Status.NEW
     assert first.token is not None and first.outcome is None
-    store.complete(NS, "order-1:v1", first.token, b"credited:100")
-    again = store.claim(NS, "order-1:v1", {"amount": 100})
+    authority.complete(NS, "order-1:v1", first.token, b"credited:100")
+    again = authority.claim(NS, "order-1:v1", {"amount": 100})
     assert again.status is Status.DUPLICATE
     assert again.outcome == b"credited:100"
     assert again.token is None
 
 
-def test_conflict_shows_stored_record_and_mutates_nothing(store: DedupStore) -> None:
-    first = store.claim(NS, "k", {"amount": 100})
+def test_conflict_shows_stored_record_and_mutates_nothing(authority: Any) -> None:
+    first = authority.claim(NS, "k", {"amount": 100})
     assert first.token is not None
-    store.complete(NS, "k", first.token, b"ok")
-    before = store.lookup(NS, "k")
-    res = store.claim(NS, "k", {"amount": 101}, event_id="evt-2", claimant="other")
+    authority.complete(NS, "k", first.token, b"ok")
+    before = authority.lookup(NS, "k")
+    res = authority.claim(NS, "k", {"amount": 101}, event_id="evt-2", claimant="other")
     assert res.status is Status.CONFLICT
     assert res.token is None
     assert res.record == before
-    assert store.lookup(NS, "k") == before
+    assert authority.lookup(NS, "k") == before
 
 
-def test_conflict_against_a_pending_record(store: DedupStore) -> None:
-    store.claim(NS, "k", b"intent-a")
-    assert store.claim(NS, "k", b"intent-b").status is Status.CONFLICT
+def test_conflict_against_a_pending_record(authority: Any) -> None:
+    authority.claim(NS, "k", b"intent-a")
+    assert authority.claim(NS, "k", b"intent-b").status is Status.CONFLICT
 
 
-def test_none_intent_skips_the_check(store: DedupStore) -> None:
-    res = store.claim(NS, "k", {"amount": 1})
+def test_none_intent_skips_the_check(authority: Any) -> None:
+    res = authority.claim(NS, "k", {"amount": 1})
     assert res.token is not None
-    store.complete(NS, "k", res.token)
-    assert store.claim(NS, "k").status is Status.DUPLICATE
-    res2 = store.claim(NS, "k2")
+    authority.complete(NS, "k", res.token)
+    assert authority.claim(NS, "k").status is Status.DUPLICATE
+    res2 = authority.claim(NS, "k2")
     assert res2.token is not None
-    store.complete(NS, "k2", res2.token)
-    assert store.claim(NS, "k2", {"anything": True}).status is Status.DUPLICATE
+    authority.complete(NS, "k2", res2.token)
+    assert authority.claim(NS, "k2", {"anything": True}).status is Status.DUPLICATE
 
 
-def test_in_progress_carries_retry_after(store: DedupStore, clock: FakeClock) -> None:
-    store.claim(NS, "k", lease="20s")
+def test_in_progress_carries_retry_after(authority: Any, clock: FakeClock) -> None:
+    authority.claim(NS, "k", lease="20s")
     clock.advance(5)
-    res = store.claim(NS, "k")
+    res = authority.claim(NS, "k")
     assert res.status is Status.IN_PROGRESS
     assert res.retry_after == pytest.approx(15.0)
     assert res.token is None
 
 
-def test_expired_lease_is_unknown_with_a_new_fenced_token(store: DedupStore, clock: FakeClock) -> None:
-    first = store.claim(NS, "k")
+def test_expired_lease_is_unknown_with_a_new_fenced_token(authority: Any, clock: FakeClock) -> None:
+    first = authority.claim(NS, "k")
     clock.advance(31)
-    res = store.claim(NS, "k")
+    res = authority.claim(NS, "k")
     assert res.status is Status.UNKNOWN
     assert res.token is not None and res.token != first.token
     assert res.record is not None and res.record.attempts == 2
     # The old holder is fenced out; the reconciler completes.
     assert first.token is not None
     with pytest.raises(LeaseLostError):
-        store.complete(NS, "k", first.token, b"late")
-    store.complete(NS, "k", res.token, b"reconciled")
-    assert store.claim(NS, "k").outcome == b"reconciled"
+        authority.complete(NS, "k", first.token, b"late")
+    authority.complete(NS, "k", res.token, b"reconciled")
+    assert authority.claim(NS, "k").outcome == b"reconciled"
 
 
-def test_unknown_lease_also_expires_into_unknown(store: DedupStore, clock: FakeClock) -> None:
-    store.claim(NS, "k")
+def test_unknown_lease_also_expires_into_unknown(authority: Any, clock: FakeClock) -> None:
+    authority.claim(NS, "k")
     clock.advance(31)
-    assert store.claim(NS, "k").status is Status.UNKNOWN
+    assert authority.claim(NS, "k").status is Status.UNKNOWN
     clock.advance(31)
-    assert store.claim(NS, "k").status is Status.UNKNOWN
+    assert authority.claim(NS, "k").status is Status.UNKNOWN
 
 
-def test_same_claimant_gets_its_own_lease_back(store: DedupStore, clock: FakeClock) -> None:
-    first = store.claim(NS, "k", claimant="worker-1")
+def test_same_claimant_gets_its_own_lease_back(authority: Any, clock: FakeClock) -> None:
+    first = authority.claim(NS, "k", claimant="worker-1")
     clock.advance(1)
-    retry = store.claim(NS, "k", claimant="worker-1")
+    retry = authority.claim(NS, "k", claimant="worker-1")
     assert retry.status is Status.NEW
     assert retry.token == first.token
-    other = store.claim(NS, "k", claimant="worker-2")
+    other = authority.claim(NS, "k", claimant="worker-2")
     assert other.status is Status.IN_PROGRESS
 
 
-def test_same_claimant_after_unknown_gets_unknown_again(store: DedupStore, clock: FakeClock) -> None:
-    store.claim(NS, "k", claimant="w1")
+def test_same_claimant_after_unknown_gets_unknown_again(authority: Any, clock: FakeClock) -> None:
+    authority.claim(NS, "k", claimant="w1")
     clock.advance(31)
-    rec = store.claim(NS, "k", claimant="w2")
+    rec = authority.claim(NS, "k", claimant="w2")
     assert rec.status is Status.UNKNOWN
-    again = store.claim(NS, "k", claimant="w2")
+    again = authority.claim(NS, "k", claimant="w2")
     assert again.status is Status.UNKNOWN and again.token == rec.token
 
 
-def test_same_claimant_after_expiry_is_unknown_not_new(store: DedupStore, clock: FakeClock) -> None:
-    store.claim(NS, "k", claimant="w1")
+def test_same_claimant_after_expiry_is_unknown_not_new(authority: Any, clock: FakeClock) -> None:
+    authority.claim(NS, "k", claimant="w1")
     clock.advance(31)
-    assert store.claim(NS, "k", claimant="w1").status is Status.UNKNOWN
+    assert authority.claim(NS, "k", claimant="w1").status is Status.UNKNOWN
 
 
-def test_stale_token_raises_and_changes_nothing(store: DedupStore) -> None:
-    res = store.claim(NS, "k")
+def test_stale_token_raises_and_changes_nothing(authority: Any) -> None:
+    res = authority.claim(NS, "k")
     assert res.token is not None
-    before = store.lookup(NS, "k")
+    before = authority.lookup(NS, "k")
     wrong = res.token + 1
     with pytest.raises(LeaseLostError):
-        store.complete(NS, "k", wrong, b"x")
+        authority.complete(NS, "k", wrong, b"x")
     with pytest.raises(LeaseLostError):
-        store.release(NS, "k", wrong)
+        authority.release(NS, "k", wrong)
     with pytest.raises(LeaseLostError):
-        store.renew(NS, "k", wrong)
-    assert store.lookup(NS, "k") == before
+        authority.renew(NS, "k", wrong)
+    assert authority.lookup(NS, "k") == before
 
 
-def test_token_of_a_released_incarnation_is_stale(store: DedupStore) -> None:
-    old = store.claim(NS, "k")
+def test_token_of_a_released_incarnation_is_stale(authority: Any) -> None:
+    old = authority.claim(NS, "k")
     assert old.token is not None
-    store.release(NS, "k", old.token)
-    new = store.claim(NS, "k")
+    authority.release(NS, "k", old.token)
+    new = authority.claim(NS, "k")
     assert new.status is Status.NEW and new.token != old.token
     with pytest.raises(LeaseLostError):
-        store.complete(NS, "k", old.token)
+        authority.complete(NS, "k", old.token)
 
 
-def test_repeated_complete_is_a_noop(store: DedupStore, clock: FakeClock) -> None:
-    res = store.claim(NS, "k")
+def test_repeated_complete_is_a_noop(authority: Any, clock: FakeClock) -> None:
+    res = authority.claim(NS, "k")
     assert res.token is not None
-    rec1 = store.complete(NS, "k", res.token, b"out")
+    rec1 = authority.complete(NS, "k", res.token, b"out")
     clock.advance(3)
-    rec2 = store.complete(NS, "k", res.token, b"out")
-    assert rec1 == rec2 == store.lookup(NS, "k")
+    rec2 = authority.complete(NS, "k", res.token, b"out")
+    assert rec1 == rec2 == authority.lookup(NS, "k")
     with pytest.raises(LeaseLostError, match="different outcome"):
-        store.complete(NS, "k", res.token, b"other")
-    assert store.lookup(NS, "k") == rec1
+        authority.complete(NS, "k", res.token, b"other")
+    assert authority.lookup(NS, "k") == rec1
 
 
-def test_complete_after_expiry_while_nobody_else_claimed(store: DedupStore, clock: FakeClock) -> None:
-    res = store.claim(NS, "k")
+def test_complete_after_expiry_while_nobody_else_claimed(authority: Any, clock: FakeClock) -> None:
+    res = authority.claim(NS, "k")
     assert res.token is not None
     clock.advance(60)
-    store.complete(NS, "k", res.token, b"done")
-    assert store.claim(NS, "k").status is Status.DUPLICATE
+    authority.complete(NS, "k", res.token, b"done")
+    assert authority.claim(NS, "k").status is Status.DUPLICATE
 
 
-def test_release_lets_the_effect_be_claimed_again(store: DedupStore) -> None:
-    res = store.claim(NS, "k", {"a": 1})
+def test_release_lets_the_effect_be_claimed_again(authority: Any) -> None:
+    res = authority.claim(NS, "k", {"a": 1})
     assert res.token is not None
-    store.release(NS, "k", res.token)
-    assert store.lookup(NS, "k") is None
-    assert store.claim(NS, "k", {"a": 2}).status is Status.NEW
+    authority.release(NS, "k", res.token)
+    assert authority.lookup(NS, "k") is None
+    assert authority.claim(NS, "k", {"a": 2}).status is Status.NEW
     with pytest.raises(LeaseLostError):
-        store.release(NS, "k", res.token)
+        authority.release(NS, "k", res.token)
 
 
-def test_renew_extends_the_lease(store: DedupStore, clock: FakeClock) -> None:
-    res = store.claim(NS, "k")
+def test_renew_extends_the_lease(authority: Any, clock: FakeClock) -> None:
+    res = authority.claim(NS, "k")
     assert res.token is not None
     clock.advance(25)
-    rec = store.renew(NS, "k", res.token, lease="60s")
+    rec = authority.renew(NS, "k", res.token, lease="60s")
     assert rec.lease_expires == pytest.approx(clock.now + 60)
     clock.advance(40)
-    assert store.claim(NS, "k").status is Status.IN_PROGRESS
+    assert authority.claim(NS, "k").status is Status.IN_PROGRESS
     clock.advance(21)
-    assert store.claim(NS, "k").status is Status.UNKNOWN
+    assert authority.claim(NS, "k").status is Status.UNKNOWN
     with pytest.raises(LeaseLostError):
-        store.renew(NS, "k", res.token)
+        authority.renew(NS, "k", res.token)
 
 
-def test_lookup_states(store: DedupStore, clock: FakeClock) -> None:
-    assert store.lookup(NS, "k") is None
-    res = store.claim(NS, "k", event_id="evt-1", event_time=clock.now - 5, claimant="w")
-    rec = store.lookup(NS, "k")
+def test_lookup_states(authority: Any, clock: FakeClock) -> None:
+    assert authority.lookup(NS, "k") is None
+    res = authority.claim(NS, "k", event_id="evt-1", event_time=clock.now - 5, claimant="w")
+    rec = authority.lookup(NS, "k")
     assert rec is not None and rec.state is RecordState.PENDING
     assert rec.event_id == b"evt-1" and rec.claimant == b"w"
     assert rec.event_time == pytest.approx(clock.now - 5)
     assert rec.first_seen == pytest.approx(clock.now)
     clock.advance(31)
-    rec = store.lookup(NS, "k")
+    rec = authority.lookup(NS, "k")
     assert rec is not None and rec.state is RecordState.UNKNOWN
     assert res.token is not None
-    store.complete(NS, "k", res.token, b"o")
-    rec = store.lookup(NS, "k")
+    authority.complete(NS, "k", res.token, b"o")
+    rec = authority.lookup(NS, "k")
     assert rec is not None and rec.state is RecordState.COMPLETED and rec.outcome == b"o"
     assert rec.completed_at == pytest.approx(clock.now)
     json.dumps(rec.to_dict())
 
 
-def test_event_id_evidence_counts_other_events(store: DedupStore) -> None:
-    res = store.claim(NS, "settle:w42:r91", event_id="evt-1")
+def test_event_id_evidence_counts_other_events(authority: Any) -> None:
+    res = authority.claim(NS, "settle:w42:r91", event_id="evt-1")
     assert res.token is not None
-    store.complete(NS, "settle:w42:r91", res.token, b"ok")
-    assert store.claim(NS, "settle:w42:r91", event_id="evt-1").status is Status.DUPLICATE
+    authority.complete(NS, "settle:w42:r91", res.token, b"ok")
+    assert authority.claim(NS, "settle:w42:r91", event_id="evt-1").status is Status.DUPLICATE
     # A producer publishing the same effect under a second event id: still a
     # duplicate, but counted apart and kept as evidence on the record.
-    assert store.claim(NS, "settle:w42:r91", event_id="evt-2").status is Status.DUPLICATE
-    rec = store.lookup(NS, "settle:w42:r91")
+    assert authority.claim(NS, "settle:w42:r91", event_id="evt-2").status is Status.DUPLICATE
+    rec = authority.lookup(NS, "settle:w42:r91")
     assert rec is not None and rec.other_events == 1 and rec.event_id == b"evt-1"
-    stats = store.stats()
+    stats = authority.stats()
     assert stats["duplicates_same_event"] == 1
     assert stats["repeats_other_event"] == 1
 
 
-def test_event_time_accepts_aware_datetime(store: DedupStore, clock: FakeClock) -> None:
+def test_event_time_accepts_aware_datetime(authority: Any, clock: FakeClock) -> None:
     when = dt.datetime.fromtimestamp(clock.now - 60, tz=dt.UTC)
-    store.claim(NS, "k", event_time=when)
-    rec = store.lookup(NS, "k")
+    authority.claim(NS, "k", event_time=when)
+    rec = authority.lookup(NS, "k")
     assert rec is not None and rec.event_time == pytest.approx(clock.now - 60)
 
 
-def test_beyond_horizon_before_the_frontier(store_path: object, clock: FakeClock) -> None:
+def test_beyond_horizon_before_the_frontier(authority: Any, store: DedupStore, clock: FakeClock) -> None:
     # The frontier starts at the namespace's creation: evidence of anything
     # first requested earlier may never have been recorded here.
-    with DedupStore.open(store_path, clock=clock) as s:  # type: ignore[arg-type]
-        s.ensure_namespace("payments", horizon="1h")
-        res = s.claim("payments", "p1", event_time=clock.now - 3600)
-        assert res.status is Status.BEYOND_HORIZON and res.token is not None
-        assert s.claim("payments", "p2", event_time=clock.now + 1).status is Status.NEW
-        assert s.claim("payments", "p3").status is Status.NEW  # no event_time: answers on evidence held
-        s.complete("payments", "p1", res.token, b"reconciled")
-        assert s.claim("payments", "p1", event_time=clock.now - 3600).status is Status.DUPLICATE
-        s.ensure_namespace("fresh", horizon="1h", empty_history=True)
-        assert s.claim("fresh", "p1", event_time=clock.now - 3600).status is Status.NEW
+    store.ensure_namespace("payments", horizon="1h")
+    res = authority.claim("payments", "p1", event_time=clock.now - 3600)
+    assert res.status is Status.BEYOND_HORIZON and res.token is not None
+    assert authority.claim("payments", "p2", event_time=clock.now + 1).status is Status.NEW
+    assert authority.claim("payments", "p3").status is Status.NEW  # no event_time: answers on evidence held
+    authority.complete("payments", "p1", res.token, b"reconciled")
+    assert authority.claim("payments", "p1", event_time=clock.now - 3600).status is Status.DUPLICATE
+    store.ensure_namespace("fresh", horizon="1h", empty_history=True)
+    assert authority.claim("fresh", "p1", event_time=clock.now - 3600).status is Status.NEW
 
 
-def test_claim_many_in_input_order(store: DedupStore) -> None:
-    done = store.claim(NS, "b")
+def test_claim_many_in_input_order(authority: Any) -> None:
+    done = authority.claim(NS, "b")
     assert done.token is not None
-    store.complete(NS, "b", done.token, b"B")
+    authority.complete(NS, "b", done.token, b"B")
     keys = [f"key-{i}" for i in range(50)] + ["b", "key-3"]
-    batch = store.claim_many(NS, keys)
+    batch = authority.claim_many(NS, keys)
     assert isinstance(batch, BatchResult) and len(batch) == len(keys)
     assert [r.key for r in batch] == [k.encode() for k in keys]
     assert batch[50].status is Status.DUPLICATE and batch[50].outcome == b"B"
@@ -254,20 +262,20 @@ def test_claim_many_in_input_order(store: DedupStore) -> None:
     # The repeated key in the same batch sees the first one's lease.
     assert batch[51].status is Status.IN_PROGRESS
     assert batch.counts()[Status.NEW] == 50
-    assert store.claim_many(NS, []).statuses == []
+    assert authority.claim_many(NS, []).statuses == []
 
 
-def test_claim_many_with_intents_and_claimant(store: DedupStore) -> None:
-    batch = store.claim_many(NS, ["x", "y"], [{"a": 1}, None], claimant="w")
+def test_claim_many_with_intents_and_claimant(authority: Any) -> None:
+    batch = authority.claim_many(NS, ["x", "y"], [{"a": 1}, None], claimant="w")
     assert batch.statuses == [Status.NEW, Status.NEW]
-    again = store.claim_many(NS, ["x", "y"], [{"a": 2}, None], claimant="w")
+    again = authority.claim_many(NS, ["x", "y"], [{"a": 2}, None], claimant="w")
     assert again.statuses == [Status.CONFLICT, Status.NEW]
     assert again[1].token == batch[1].token
 
 
-def test_unknown_namespace(store: DedupStore) -> None:
+def test_unknown_namespace(authority: Any) -> None:
     with pytest.raises(UnknownNamespaceError, match="ensure_namespace"):
-        store.claim("nope", "k")
+        authority.claim("nope", "k")
 
 
 def test_unresolved_lists_pending_and_unknown(store: DedupStore, clock: FakeClock) -> None:
@@ -286,10 +294,13 @@ def test_unresolved_lists_pending_and_unknown(store: DedupStore, clock: FakeCloc
     assert store.stats()["namespaces"][NS]["unresolved"] == 1
 
 
-def test_idempotent_decorator(store: DedupStore) -> None:
+@pytest.mark.parametrize("authority", ["embedded", "sync"], indirect=True)  # async: test_service.py
+def test_idempotent_decorator(authority: Any) -> None:
     calls: list[int] = []
 
-    @store.idempotent(NS, key=lambda order, amount: f"credit:{order}", intent=lambda order, amount: {"amount": amount})
+    @authority.idempotent(
+        NS, key=lambda order, amount: f"credit:{order}", intent=lambda order, amount: {"amount": amount}
+    )
     def credit(order: str, amount: int) -> dict[str, int]:
         calls.append(amount)
         return {"credited": amount}
@@ -302,10 +313,11 @@ def test_idempotent_decorator(store: DedupStore) -> None:
     assert info.value.result.status is Status.CONFLICT
 
 
-def test_idempotent_keeps_the_lease_on_error_unless_declared(store: DedupStore, clock: FakeClock) -> None:
+@pytest.mark.parametrize("authority", ["embedded", "sync"], indirect=True)  # async: test_service.py
+def test_idempotent_keeps_the_lease_on_error_unless_declared(authority: Any, clock: FakeClock) -> None:
     attempts: list[str] = []
 
-    @store.idempotent(NS, key=lambda k: k, release_on=(ConnectionRefusedError,))
+    @authority.idempotent(NS, key=lambda k: k, release_on=(ConnectionRefusedError,))
     def effect(k: str) -> None:
         attempts.append(k)
         raise TimeoutError("the provider did not answer") if k == "ambiguous" else ConnectionRefusedError()
@@ -326,10 +338,10 @@ def test_idempotent_keeps_the_lease_on_error_unless_declared(store: DedupStore, 
     assert attempts == ["ambiguous", "refused", "refused"]
 
 
-def test_stats_counts_verdicts(store: DedupStore) -> None:
-    res = store.claim(NS, "k")
-    store.claim(NS, "k")
-    stats = store.stats()
+def test_stats_counts_verdicts(authority: Any) -> None:
+    res = authority.claim(NS, "k")
+    authority.claim(NS, "k")
+    stats = authority.stats()
     assert stats["verdicts"]["NEW"] == 1 and stats["verdicts"]["IN_PROGRESS"] == 1
     assert sum(p["records"] for p in stats["partition_stats"]) == 1
     assert res.token is not None

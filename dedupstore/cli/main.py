@@ -17,6 +17,7 @@ from dedupstore.cli import (
     evict,
     inspect,
     plan,
+    serve,
     size,
     stats,
     unresolved,
@@ -26,7 +27,7 @@ from dedupstore.errors import InvalidInputError
 from dedupstore.planning import InfeasiblePlanError
 
 #: Each verb is one module with ``register(verbs)``; add new verbs here.
-VERBS = (size, plan, bench, inspect, stats, unresolved, verify, evict)
+VERBS = (size, plan, bench, inspect, stats, unresolved, verify, evict, serve)
 
 
 class _Parser(argparse.ArgumentParser):
