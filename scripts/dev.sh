@@ -35,10 +35,11 @@ cmd=${1:-}
 shift || true
 case "$cmd" in
     bench)
-        setup '.[test]'
+        setup '.[plot]'
+        mkdir -p bench-results
         # The console script, not `python -m`: from the checkout, -m would import
         # the source tree (which has no compiled _native) instead of the install.
-        exec "$VENV/bin/dedupstore" bench --rate 18000 --duration 30s "$@"
+        exec "$VENV/bin/dedupstore" bench --rate 18000 --duration 30s --histogram bench-results/latency.png "$@"
         ;;
     test)
         setup '.[test]'
