@@ -5,6 +5,8 @@
 #                                 reference load of 18,000 events/s, with a summary
 #   scripts/dev.sh test  [ARGS]   lint, types, stub check, C unit tests, pytest
 #                                 (ARGS go to pytest, e.g. -m 'not slow')
+#   scripts/dev.sh asv   [ARGS]   asv with the bench extra, e.g. 'run --python=same'
+#                                 (benches/README.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,6 +43,12 @@ case "$cmd" in
         # the source tree (which has no compiled _native) instead of the install.
         exec "$VENV/bin/dedupstore" bench --rate 18000 --duration 30s --histogram bench-results/latency.png "$@"
         ;;
+    asv)
+        setup '.[bench]'
+        # asv asks about the machine once; --yes takes the defaults it detects.
+        [ -f "$HOME/.asv-machine.json" ] || "$VENV/bin/asv" machine --yes >/dev/null
+        exec "$VENV/bin/asv" "$@"
+        ;;
     test)
         setup '.[test]'
         "$VENV/bin/ruff" check .
@@ -52,7 +60,7 @@ case "$cmd" in
         exec "../$VENV/bin/python" -m pytest -c ../pyproject.toml --rootdir .. "$@"
         ;;
     *)
-        echo "usage: scripts/dev.sh {bench|test} [ARGS]" >&2
+        echo "usage: scripts/dev.sh {bench|test|asv} [ARGS]" >&2
         exit 2
         ;;
 esac
