@@ -6,7 +6,8 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from dedupstore import DedupStore
 
@@ -69,3 +70,17 @@ class TempStore:
     def close(self) -> None:
         self.store.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def tracker(unit: str, *path: str) -> Callable[[object, Mapping[Any, Any], Any], float]:
+    """A ``track_`` method reporting ``runs[param][path...]``, where ``runs`` is
+    what the class's ``setup_cache`` returned (asv names it after the attribute)."""
+
+    def track(self: object, runs: Mapping[Any, Any], param: Any) -> float:
+        value = runs[param]
+        for step in path:
+            value = value[step]
+        return float(value)
+
+    track.unit = unit  # type: ignore[attr-defined]
+    return track

@@ -18,7 +18,7 @@ import time
 
 from dedupstore import DedupStore
 
-from .common import HORIZON_S, INTENT, NS, fill, keys, size
+from .common import HORIZON_S, INTENT, NS, fill, keys, size, tracker
 
 SIZES = [size(10_000, 1_000), size(100_000, 3_000), size(1_000_000, 10_000)]
 ROUNDS = size(9, 2)
@@ -70,17 +70,6 @@ class Scale:
     def setup_cache(self) -> dict[int, dict[str, float]]:
         return {n: measure(n) for n in SIZES}
 
-    def track_claim_many_us_per_key(self, runs: dict[int, dict[str, float]], live_entries: int) -> float:
-        return runs[live_entries]["claim_many_us_per_key"]
-
-    track_claim_many_us_per_key.unit = "us"  # type: ignore[attr-defined]
-
-    def track_duplicate_claim_us(self, runs: dict[int, dict[str, float]], live_entries: int) -> float:
-        return runs[live_entries]["duplicate_claim_us"]
-
-    track_duplicate_claim_us.unit = "us"  # type: ignore[attr-defined]
-
-    def track_lookup_absent_us(self, runs: dict[int, dict[str, float]], live_entries: int) -> float:
-        return runs[live_entries]["lookup_absent_us"]
-
-    track_lookup_absent_us.unit = "us"  # type: ignore[attr-defined]
+    track_claim_many_us_per_key = tracker("us", "claim_many_us_per_key")
+    track_duplicate_claim_us = tracker("us", "duplicate_claim_us")
+    track_lookup_absent_us = tracker("us", "lookup_absent_us")

@@ -13,7 +13,7 @@ from typing import Any
 
 from dedupstore.loadgen import LoadConfig, run_load
 
-from .common import size
+from .common import size, tracker
 
 SECONDS = size(15, 1)
 RATE = 18_000.0
@@ -25,39 +25,16 @@ class Sustained:
     timeout = 600
 
     def setup_cache(self) -> dict[str, dict[str, Any]]:
-        return {d: run_load(LoadConfig(rate=RATE, duration=SECONDS, durability=d)).to_dict() for d in self.params[0]}
+        runs = {}
+        for durability in self.params[0]:
+            doc = run_load(LoadConfig(rate=RATE, duration=SECONDS, durability=durability)).to_dict()
+            runs[durability] = {**doc, "cpu_percent": 100.0 * doc["cpu_share"]}
+        return runs
 
-    def track_achieved_rate(self, runs: dict[str, dict[str, Any]], durability: str) -> float:
-        return float(runs[durability]["achieved_rate"])
-
-    track_achieved_rate.unit = "events/s"  # type: ignore[attr-defined]
-
-    def track_p50_us(self, runs: dict[str, dict[str, Any]], durability: str) -> float:
-        return float(runs[durability]["p50_us"])
-
-    track_p50_us.unit = "us"  # type: ignore[attr-defined]
-
-    def track_p99_us(self, runs: dict[str, dict[str, Any]], durability: str) -> float:
-        return float(runs[durability]["p99_us"])
-
-    track_p99_us.unit = "us"  # type: ignore[attr-defined]
-
-    def track_p999_us(self, runs: dict[str, dict[str, Any]], durability: str) -> float:
-        return float(runs[durability]["p999_us"])
-
-    track_p999_us.unit = "us"  # type: ignore[attr-defined]
-
-    def track_cpu_share_percent(self, runs: dict[str, dict[str, Any]], durability: str) -> float:
-        return 100.0 * runs[durability]["cpu_share"]
-
-    track_cpu_share_percent.unit = "% of one core"  # type: ignore[attr-defined]
-
-    def track_eviction_lag_max_s(self, runs: dict[str, dict[str, Any]], durability: str) -> float:
-        return float(runs[durability]["eviction"]["lag_seconds_max"])
-
-    track_eviction_lag_max_s.unit = "store-clock s"  # type: ignore[attr-defined]
-
-    def track_bytes_on_disk(self, runs: dict[str, dict[str, Any]], durability: str) -> float:
-        return float(runs[durability]["bytes_on_disk"])
-
-    track_bytes_on_disk.unit = "bytes"  # type: ignore[attr-defined]
+    track_achieved_rate = tracker("events/s", "achieved_rate")
+    track_p50_us = tracker("us", "p50_us")
+    track_p99_us = tracker("us", "p99_us")
+    track_p999_us = tracker("us", "p999_us")
+    track_cpu_share_percent = tracker("% of one core", "cpu_percent")
+    track_eviction_lag_max_s = tracker("store-clock s", "eviction", "lag_seconds_max")
+    track_bytes_on_disk = tracker("bytes", "bytes_on_disk")
