@@ -30,6 +30,12 @@ keeps its defaults (WAL, ``synchronous=NORMAL``: no fsync per commit). Only
 the first two are crash-safe at the same point; Redis and diskcache are
 *weaker*, which favours them.
 
+Three shapes: ``single`` (the first ``--single-events`` events, one claim per
+call, each its own commit or round trip), ``repeat`` (the same events again:
+every key is stored, so every claim is a redelivery, the read path) and
+``batch`` (all ``--events`` in claims of ``--batch`` per call, transaction or
+pipeline).
+
 The sides run interleaved: each round, every side takes the next chunk of the
 stream in turn (the starting side rotating), so all see the same disk weather.
 A peer that is not installed is skipped with a line saying so. This is a
@@ -285,11 +291,12 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
             os.makedirs(sub)
             sides = open_sides(sub, args.durability, args.only, say if shape == "single" else lambda _: None)
             try:
-                results[shape] = measure(sides, keys, intents, shape, args, n)
+                m = n if shape == "batch" else min(n, args.single_events)
+                results[shape] = measure(sides, keys, intents, shape, args, m)
                 if shape == "single":
                     # The same stream again: every key is now stored, so each
                     # claim is a redelivery, the read path on every side.
-                    results["repeat"] = measure(sides, keys, intents, "repeat", args, n)
+                    results["repeat"] = measure(sides, keys, intents, "repeat", args, m)
             finally:
                 for side in sides:
                     side.close()
@@ -336,7 +343,8 @@ def measure(
 
 def report(res: dict[str, Any], header: dict[str, Any]) -> str:
     lines = [
-        f"peers   : the reference claim stream, {header['events']:,} events per shape, sides interleaved in chunks",
+        f"peers   : the reference claim stream, the first {header['single_events']:,} events one claim at a time "
+        f"(then again: repeat), all {header['events']:,} in batches; sides interleaved in chunks",
         f"machine : nproc {header['nproc']}, Python {header['python']}, durability {header['durability']}, "
         f"dir {header['dir']}",
         "",
@@ -385,7 +393,10 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a seconds-long smoke run (figures not meaningful)")
     ap.add_argument("--json", action="store_true", help="one JSON object instead of the table")
-    ap.add_argument("--events", type=int, default=None, help="events per shape (default 20,000; --quick 1,000)")
+    ap.add_argument("--events", type=int, default=None, help="events in batches (default 20,000; --quick 1,000)")
+    ap.add_argument("--single-events", type=int, default=None,
+                    help="of those, the first N one claim at a time and then repeated (default 3,000; --quick 500): "
+                         "each single claim waits on its own fsync")
     ap.add_argument("--batch", type=int, default=100, help="claims per batch (default 100)")
     ap.add_argument("--chunk", type=int, default=500, help="single claims (or batches x this) per side per turn")
     ap.add_argument("--durability", default="flush", choices=sorted(DURABILITY), help="dedupstore's mode (flush)")
@@ -394,6 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
     args.events = args.events or (1_000 if args.quick else 20_000)
+    args.single_events = args.single_events or (500 if args.quick else 3_000)
     if args.quick:
         args.chunk = min(args.chunk, 100)
     args.only = None if args.only is None else set(args.only.split(","))
@@ -405,6 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     res = run(args, say)
     header = {
         "events": args.events,
+        "single_events": min(args.events, args.single_events),
         "nproc": len(os.sched_getaffinity(0)),
         "python": platform.python_version(),
         "durability": args.durability,
