@@ -308,7 +308,7 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
 def measure(
     sides: list[Side], keys: list[str], intents: list[bytes], shape: str, args: argparse.Namespace, n: int
 ) -> dict[str, Any]:
-    chunk = args.chunk * args.batch if shape == "batch" else args.chunk
+    chunk = max(args.chunk // args.batch, 1) * args.batch if shape == "batch" else args.chunk
     seconds = dict.fromkeys((s.name for s in sides), 0.0)
     firsts: dict[str, list[bool]] = {s.name: [] for s in sides}
     for rnd, start in enumerate(range(0, n, chunk)):
@@ -398,7 +398,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="of those, the first N one claim at a time and then repeated (default 3,000; --quick 500): "
                          "each single claim waits on its own fsync")
     ap.add_argument("--batch", type=int, default=100, help="claims per batch (default 100)")
-    ap.add_argument("--chunk", type=int, default=500, help="single claims (or batches x this) per side per turn")
+    ap.add_argument("--chunk", type=int, default=200,
+                    help="events per side per turn (default 200; batches: rounded to whole batches): small turns "
+                         "let every side see the same disk weather")
     ap.add_argument("--durability", default="flush", choices=sorted(DURABILITY), help="dedupstore's mode (flush)")
     ap.add_argument("--only", default=None, help="comma-separated peers to run beside dedupstore")
     ap.add_argument("--dir", default=tempfile.gettempdir(), help="parent of the temporary directories")
@@ -406,8 +408,6 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.events = args.events or (1_000 if args.quick else 20_000)
     args.single_events = args.single_events or (500 if args.quick else 3_000)
-    if args.quick:
-        args.chunk = min(args.chunk, 100)
     args.only = None if args.only is None else set(args.only.split(","))
 
     def say(line: str) -> None:

@@ -30,8 +30,8 @@ def test_every_side_sees_the_same_first_claims(
     peers: ModuleType, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     # 1,500 events: redeliveries and conflicts start 1,000 events in.
-    assert peers.main(["--events", "1500", "--single-events", "1500", "--chunk", "200", "--batch", "50", "--only", "py-lmdb,sqlite3",
-                       "--dir", str(tmp_path), "--json"]) == 0
+    assert peers.main(["--events", "1500", "--single-events", "1500", "--chunk", "100", "--batch", "50",
+                       "--only", "py-lmdb,sqlite3", "--dir", str(tmp_path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert set(doc) == {"header", "single", "batch", "repeat"}
     for shape, batch in (("single", 1), ("batch", 50), ("repeat", 1)):
