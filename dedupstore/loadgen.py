@@ -71,6 +71,10 @@ class LoadConfig:
     conflict_share: float = 0.01
     late_share: float = 0.01
     release_share: float = 0.02
+    #: How long past ``duration`` a consumer that fell behind may keep claiming
+    #: the backlog (default: half the duration, at least 5 s); what is left
+    #: then is reported unclaimed.
+    drain: float | None = None
     #: A redelivery repeats one of the new keys sent between ``redelivery_gap``
     #: and ``redelivery_window`` events earlier (about 0.05-0.5 s at 18,000/s).
     redelivery_gap: int = 1000
@@ -85,6 +89,8 @@ class LoadConfig:
             raise InvalidInputError(f"rate must be in (0, 10,000,000] events/s; got {self.rate!r}")
         if not 0 < self.duration <= 86_400:
             raise InvalidInputError(f"duration must be in (0, 86,400] s; got {self.duration!r}")
+        if self.drain is not None and not 0 <= self.drain <= 86_400:
+            raise InvalidInputError(f"drain must be in [0, 86,400] s; got {self.drain!r}")
         if not 1 <= self.batch <= 100_000 or not 1 <= self.max_batch <= 100_000:
             raise InvalidInputError(f"batch sizes must be 1..100,000; got {self.batch} and {self.max_batch}")
         if not 1 <= self.time_scale <= 1_000_000:
@@ -174,10 +180,14 @@ def make_stream(config: LoadConfig, total: int | None = None) -> Stream:
 class LoadReport:
     config: LoadConfig
     path: str
-    offered: int = 0
+    #: Events scheduled, and of those claimed before the drain deadline.
+    scheduled: int = 0
+    claimed: int = 0
     wall_seconds: float = 0.0
     cpu_seconds: float = 0.0
-    #: Claim latency of each event in stream order, from its scheduled time (us).
+    #: Claim latency of each event in stream order, from its scheduled time (us);
+    #: for an unclaimed event, the time it had waited when the run stopped (a
+    #: lower bound, so a run cut short never looks faster than it was).
     latencies_us: list[float] = field(default_factory=list)
     verdicts: dict[str, int] = field(default_factory=dict)
     batches: int = 0
@@ -192,7 +202,7 @@ class LoadReport:
 
     @property
     def achieved_rate(self) -> float:
-        return self.offered / self.wall_seconds if self.wall_seconds else 0.0
+        return self.claimed / self.wall_seconds if self.wall_seconds else 0.0
 
     @property
     def cpu_share(self) -> float:
@@ -215,14 +225,16 @@ class LoadReport:
             "mode": c.mode,
             "batch": c.batch if c.mode == "batch" else (c.max_batch if c.mode == "poll" else 1),
             "path": self.path,
-            "events": self.offered,
+            "events": self.scheduled,
+            "claimed": self.claimed,
+            "unclaimed": self.scheduled - self.claimed,
             "achieved_rate": round(self.achieved_rate, 1),
             "p50_us": round(self.percentile(0.50), 1),
             "p99_us": round(self.percentile(0.99), 1),
             "p999_us": round(self.percentile(0.999), 1),
             "max_us": round(max(self.latencies_us, default=0.0), 1),
             "cpu_share": round(self.cpu_share, 4),
-            "mean_batch": round(self.offered / self.batches, 1) if self.batches else 0.0,
+            "mean_batch": round(self.claimed / self.batches, 1) if self.batches else 0.0,
             "verdicts": self.verdicts,
             "bytes_on_disk": self.bytes_on_disk,
             "time_scale": c.time_scale,
@@ -346,8 +358,11 @@ def _run(
         t0 = time.perf_counter()
         next_tick = t0 + 1.0
         sent = 0
+        deadline = t0 + config.duration + (max(5.0, config.duration / 2) if config.drain is None else config.drain)
         while sent < total:
             now = time.perf_counter()
+            if now > deadline:
+                break
             due = min(total, (int((now - t0) / (interval * step)) + 1) * step)
             if due <= sent:
                 time.sleep(max(0.0, t0 + sent * interval - now))
@@ -368,13 +383,16 @@ def _run(
                 next_tick = consumer.done + 1.0
                 report.eviction_lag_max = max(report.eviction_lag_max, _retention(store)["eviction_lag_seconds"])
                 if progress is not None:
-                    report.offered = sent
+                    report.claimed = sent
                     report.wall_seconds = consumer.done - t0
                     progress(sent / total, report)
-        report.wall_seconds = time.perf_counter() - t0
+        stop = time.perf_counter()
+        report.wall_seconds = stop - t0
         report.cpu_seconds = time.process_time() - cpu0
         report.store_seconds = clock() - clock.base
-        report.offered = sent
+        report.scheduled = total
+        report.claimed = sent
+        latencies.extend((stop - t0 - (i - i % step) * interval) * 1e6 for i in range(sent, total))
         report.verdicts = {s.name: n for s, n in counts.items()}
         ret = _retention(store)
         report.evicted = ret["evicted"]
@@ -469,7 +487,8 @@ def find_max_rate(
     result = RampResult(config.mode, config.batch if config.mode == "batch" else 1, p99_limit_us)
 
     def attempt(rate: float) -> bool:
-        rep = run_load(replace(config, rate=rate, duration=step_seconds))
+        # A step whose backlog is not gone a second after it ends has failed.
+        rep = run_load(replace(config, rate=rate, duration=step_seconds, drain=1.0))
         ok = rep.percentile(0.99) <= p99_limit_us and rep.achieved_rate >= min_achieved * rate
         st = RampStep(rate, rep.achieved_rate, rep.percentile(0.5), rep.percentile(0.99), rep.cpu_share, ok)
         result.steps.append(st)

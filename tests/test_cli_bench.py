@@ -24,7 +24,7 @@ def test_bench_json_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path, d
     doc = json.loads(capsys.readouterr().out)
     for key in ("achieved_rate", "p50_us", "p99_us", "p999_us", "cpu_share", "verdicts", "bytes_on_disk", "events"):
         assert key in doc
-    assert doc["events"] == 2000
+    assert doc["events"] == 2000 == doc["claimed"] and doc["unclaimed"] == 0
     assert sum(doc["verdicts"].values()) == 2000
     assert doc["verdicts"]["NEW"] > 1500 and doc["verdicts"]["BEYOND_HORIZON"] > 0
     assert 0 < doc["p50_us"] <= doc["p99_us"] <= doc["p999_us"] <= doc["max_us"]

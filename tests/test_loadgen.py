@@ -77,10 +77,24 @@ def test_accelerated_clock_rotates_and_evicts(tmp_path: Path) -> None:
     assert off["eviction"]["evicted"] == 0 and off["bloom"]["filters"] == 0
 
 
+def test_a_run_that_falls_behind_stops_at_the_drain_deadline(tmp_path: Path) -> None:
+    # Single claims at 20,000/s cannot keep up (each waits on its commit);
+    # with no drain time the run stops when the schedule ends.
+    config = LoadConfig(rate=20_000, duration=0.3, durability="flush", mode="single", drain=0.0, time_scale=1.0)
+    report = run_load(config, tmp_path / "s")
+    doc = report.to_dict()
+    assert doc["events"] == 6000 == len(report.latencies_us)
+    assert 0 < doc["claimed"] < 6000 and doc["claimed"] + doc["unclaimed"] == 6000
+    assert sum(doc["verdicts"].values()) == doc["claimed"]
+    assert report.wall_seconds < 1.0
+    # Unclaimed events count with the time they had waited: at least until the schedule's end.
+    assert report.latencies_us[-1] >= 0 and report.latencies_us[doc["claimed"]] > report.latencies_us[-1]
+
+
 def test_bad_config_is_refused() -> None:
     for bad in (
         LoadConfig(mode="burst"), LoadConfig(rate=0), LoadConfig(batch=0), LoadConfig(time_scale=0.5),
-        LoadConfig(rate=1e6, duration=100),
+        LoadConfig(rate=1e6, duration=100), LoadConfig(drain=-1),
     ):
         with pytest.raises(InvalidInputError):
             run_load(bad)
@@ -91,7 +105,8 @@ def _fake_run(limit_rate: float, calls: list[float]):  # type: ignore[no-untyped
 
     def fake(config: LoadConfig, *args: object, **kwargs: object) -> LoadReport:
         calls.append(config.rate)
-        rep = LoadReport(config=config, path="-", offered=int(config.rate), wall_seconds=1.0)
+        rep = LoadReport(config=config, path="-", scheduled=int(config.rate), claimed=int(config.rate),
+                         wall_seconds=1.0)
         rep.latencies_us = [500.0 if config.rate <= limit_rate else 5000.0] * 10
         return rep
 

@@ -40,6 +40,11 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     parser.add_argument("--rate", default="18000", metavar="EVENTS_PER_S", help="offered rate (default 18000)")
     parser.add_argument("--duration", default="30s", metavar="DURATION", help="how long to run (default 30s)")
+    parser.add_argument(
+        "--drain", default=None, metavar="DURATION",
+        help="how long past --duration a consumer that fell behind may keep claiming its backlog before the run "
+        "stops (default: half the duration, at least 5s)",
+    )
     parser.add_argument("--path", default=None, metavar="DIR", help="store directory (default: a temporary one)")
     parser.add_argument("--durability", default="sync", choices=sorted(DURABILITY), help="default sync")
     parser.add_argument("--partitions", type=int, default=None, help="partitions of a new store (default 4)")
@@ -77,6 +82,7 @@ def _config(args: argparse.Namespace) -> LoadConfig:
     config = LoadConfig(
         rate=parse_count(args.rate, what="--rate"),
         duration=parse_duration(args.duration, what="--duration"),
+        drain=None if args.drain is None else parse_duration(args.drain, what="--drain", allow_zero=True),
         durability=args.durability,
         partitions=args.partitions,
         mode=args.mode,
@@ -130,6 +136,11 @@ def _summary(config: LoadConfig, report: LoadReport, doc: dict[str, Any]) -> lis
         ("offered", f"{fmt_rate(config.rate)} for {format_number(config.duration)} s "
                     f"({config.durability}, {shape[config.mode]})"),
         ("achieved", fmt_rate(doc["achieved_rate"])),
+    ]
+    if doc["unclaimed"]:
+        rows.append(("unclaimed", f"{format_number(doc['unclaimed'])} of {format_number(doc['events'])} events still "
+                                  f"queued when the run stopped (their latency counts the time they had waited)"))
+    rows += [
         ("latency", f"p50 {doc['p50_us']:,.0f} us, p99 {doc['p99_us']:,.0f} us, p99.9 {doc['p999_us']:,.0f} us "
                     f"(from scheduled send time)"),
         ("cpu", f"{doc['cpu_share'] * 100:.1f}% of one core"),
