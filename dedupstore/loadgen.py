@@ -23,9 +23,11 @@ evicted by the store's own background thread while the load runs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -34,7 +36,7 @@ from typing import Any
 
 from .errors import InvalidInputError
 from .namespace import generation_length
-from .store import DEFAULT_EVICTION_RATE, DedupStore
+from .store import DEFAULT_EVICTION_RATE, FILTERS_PER_REFRESH, DedupStore
 from .verdicts import Status
 
 NAMESPACE = "bench.orders"
@@ -323,6 +325,30 @@ class _Consumer:
                 store.complete(NAMESPACE, res.key, res.token, b"ok")
 
 
+class PrefilterRefresher:
+    """Keeps the Bloom prefilter up to date for a store opened with eviction
+    off: the store's background thread does both jobs, so without it no
+    generation would get a filter and "eviction off" would also mean "Bloom
+    off". Refreshes about once a second, as that thread does."""
+
+    def __init__(self, store: DedupStore) -> None:
+        self._store = store
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dedupstore-bench-prefilter", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            self._store.refresh_prefilter(limit=FILTERS_PER_REFRESH)
+
+    def __enter__(self) -> PrefilterRefresher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def _retention(store: DedupStore) -> dict[str, Any]:
     ns: dict[str, Any] = store.stats()["namespaces"][NAMESPACE]
     return ns
@@ -332,8 +358,6 @@ def _run(
     config: LoadConfig, root: Path, progress: Callable[[float, LoadReport], None] | None, stream: Stream
 ) -> LoadReport:
     report = LoadReport(config=config, path=str(root))
-    counts = dict.fromkeys(Status, 0)
-    total = len(stream.keys)
     clock = AcceleratedClock(config.time_scale)
     with DedupStore.open(
         root,
@@ -345,63 +369,80 @@ def _run(
     ) as store:
         lease = min(LEASE_WALL_S * config.time_scale, 7 * 86_400.0)
         store.ensure_namespace(NAMESPACE, horizon=config.horizon, lease=lease)
-        consumer = _Consumer(store, stream, clock.base, counts)
-        frontier0 = _retention(store)["frontier"]
-        interval = 1.0 / config.rate
-        # Events that share a scheduled time: a producer batch in "batch" mode.
-        step = config.batch if config.mode == "batch" else 1
-        take = config.max_batch if config.mode == "poll" else step
-        single = config.mode == "single"
-        latencies = report.latencies_us
-        cpu0 = time.process_time()
-        clock.start()
-        t0 = time.perf_counter()
-        next_tick = t0 + 1.0
-        sent = 0
-        deadline = t0 + config.duration + (max(5.0, config.duration / 2) if config.drain is None else config.drain)
-        while sent < total:
-            now = time.perf_counter()
-            if now > deadline:
-                break
-            due = min(total, (int((now - t0) / (interval * step)) + 1) * step)
-            if due <= sent:
-                time.sleep(max(0.0, t0 + sent * interval - now))
-                continue
-            end = min(due, sent + take)
-            if single:
-                consumer.single(sent)
-            else:
-                consumer.batch(sent, end)
-            done = consumer.done - t0
-            if step == 1:
-                latencies.extend((done - i * interval) * 1e6 for i in range(sent, end))
-            else:
-                latencies.extend((done - (i - i % step) * interval) * 1e6 for i in range(sent, end))
-            sent = end
-            report.batches += 1
-            if consumer.done >= next_tick:
-                next_tick = consumer.done + 1.0
-                report.eviction_lag_max = max(report.eviction_lag_max, _retention(store)["eviction_lag_seconds"])
-                if progress is not None:
-                    report.claimed = sent
-                    report.wall_seconds = consumer.done - t0
-                    progress(sent / total, report)
-        stop = time.perf_counter()
-        report.wall_seconds = stop - t0
-        report.cpu_seconds = time.process_time() - cpu0
-        report.store_seconds = clock() - clock.base
-        report.scheduled = total
-        report.claimed = sent
-        latencies.extend((stop - t0 - (i - i % step) * interval) * 1e6 for i in range(sent, total))
-        report.verdicts = {s.name: n for s, n in counts.items()}
-        ret = _retention(store)
-        report.evicted = ret["evicted"]
-        report.eviction_lag_end = ret["eviction_lag_seconds"]
-        report.eviction_lag_max = max(report.eviction_lag_max, report.eviction_lag_end)
-        report.frontier_advance = ret["frontier"] - frontier0
-        report.filters = ret["prefilter"]["filters"]
+        with contextlib.ExitStack() as stack:
+            if config.bloom and not config.eviction:
+                stack.enter_context(PrefilterRefresher(store))
+            _drive(config, store, stream, clock, report, progress)
     report.bytes_on_disk = _disk_bytes(root)
     return report
+
+
+def _drive(
+    config: LoadConfig,
+    store: DedupStore,
+    stream: Stream,
+    clock: AcceleratedClock,
+    report: LoadReport,
+    progress: Callable[[float, LoadReport], None] | None,
+) -> None:
+    """The measured part: the schedule, the consumer, the figures."""
+    total = len(stream.keys)
+    counts = dict.fromkeys(Status, 0)
+    consumer = _Consumer(store, stream, clock.base, counts)
+    frontier0 = _retention(store)["frontier"]
+    interval = 1.0 / config.rate
+    # Events that share a scheduled time: a producer batch in "batch" mode.
+    step = config.batch if config.mode == "batch" else 1
+    take = config.max_batch if config.mode == "poll" else step
+    single = config.mode == "single"
+    latencies = report.latencies_us
+    cpu0 = time.process_time()
+    clock.start()
+    t0 = time.perf_counter()
+    next_tick = t0 + 1.0
+    sent = 0
+    deadline = t0 + config.duration + (max(5.0, config.duration / 2) if config.drain is None else config.drain)
+    while sent < total:
+        now = time.perf_counter()
+        if now > deadline:
+            break
+        due = min(total, (int((now - t0) / (interval * step)) + 1) * step)
+        if due <= sent:
+            time.sleep(max(0.0, t0 + sent * interval - now))
+            continue
+        end = min(due, sent + take)
+        if single:
+            consumer.single(sent)
+        else:
+            consumer.batch(sent, end)
+        done = consumer.done - t0
+        if step == 1:
+            latencies.extend((done - i * interval) * 1e6 for i in range(sent, end))
+        else:
+            latencies.extend((done - (i - i % step) * interval) * 1e6 for i in range(sent, end))
+        sent = end
+        report.batches += 1
+        if consumer.done >= next_tick:
+            next_tick = consumer.done + 1.0
+            report.eviction_lag_max = max(report.eviction_lag_max, _retention(store)["eviction_lag_seconds"])
+            if progress is not None:
+                report.claimed = sent
+                report.wall_seconds = consumer.done - t0
+                progress(sent / total, report)
+    stop = time.perf_counter()
+    report.wall_seconds = stop - t0
+    report.cpu_seconds = time.process_time() - cpu0
+    report.store_seconds = clock() - clock.base
+    report.scheduled = total
+    report.claimed = sent
+    latencies.extend((stop - t0 - (i - i % step) * interval) * 1e6 for i in range(sent, total))
+    report.verdicts = {s.name: n for s, n in counts.items()}
+    ret = _retention(store)
+    report.evicted = ret["evicted"]
+    report.eviction_lag_end = ret["eviction_lag_seconds"]
+    report.eviction_lag_max = max(report.eviction_lag_max, report.eviction_lag_end)
+    report.frontier_advance = ret["frontier"] - frontier0
+    report.filters = ret["prefilter"]["filters"]
 
 
 def generations_per_second(config: LoadConfig) -> float:

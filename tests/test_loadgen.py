@@ -73,8 +73,11 @@ def test_accelerated_clock_rotates_and_evicts(tmp_path: Path) -> None:
     ev = doc["eviction"]
     assert ev["enabled"] and ev["evicted"] > 0 and ev["frontier_advance_seconds"] > 0
     assert ev["lag_seconds_max"] >= ev["lag_seconds_end"] >= 0
-    off = run_load(replace(config, eviction=False, bloom=False), tmp_path / "t").to_dict()
-    assert off["eviction"]["evicted"] == 0 and off["bloom"]["filters"] == 0
+    off = run_load(replace(config, eviction=False), tmp_path / "t").to_dict()
+    # Eviction off: nothing evicted, but generations still get their filters.
+    assert off["eviction"]["evicted"] == 0 and off["bloom"]["filters"] > 0
+    none = run_load(replace(config, eviction=False, bloom=False), tmp_path / "u").to_dict()
+    assert none["eviction"]["evicted"] == 0 and none["bloom"]["filters"] == 0
 
 
 def test_a_run_that_falls_behind_stops_at_the_drain_deadline(tmp_path: Path) -> None:

@@ -5,11 +5,17 @@ Each store starts with one horizon of data: 13 generations of a 12 h namespace
 sealed ones. Then the store clock runs at 3,600x, so a generation ends every
 wall second: with eviction on, the background thread deletes the oldest
 generation each second while the benchmark claims; with eviction off the
-expired records stay. A new key must be shown absent from every live
-generation, which is where the prefilter pays.
+expired records stay (and ``PrefilterRefresher`` keeps building filters, the
+other job of that thread, so "eviction off" does not also mean "Bloom off").
+A new key must be shown absent from every live generation, which is where the
+prefilter pays.
 """
 
 from __future__ import annotations
+
+import contextlib
+
+from dedupstore.loadgen import PrefilterRefresher
 
 from .common import INTENT, NS, StepClock, TempStore, fill, keys, size
 
@@ -40,10 +46,14 @@ class Claim:
             self.recent = fill(store, old, KEYS_PER_GENERATION)
             self.clock.offset += 3600.0
         store.refresh_prefilter()
+        self.background = contextlib.ExitStack()
+        if eviction != "eviction" and prefilter == "bloom":
+            self.background.enter_context(PrefilterRefresher(store))
         self.clock.accelerate(3600.0)
         self.duplicate = self.recent[len(self.recent) // 2]
 
     def teardown(self, *params: str) -> None:
+        self.background.close()
         self.tmp.close()
 
     def time_claim_new(self, *params: str) -> None:
