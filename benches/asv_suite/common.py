@@ -72,12 +72,13 @@ class TempStore:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def tracker(unit: str, *path: str) -> Callable[[object, Mapping[Any, Any], Any], float]:
-    """A ``track_`` method reporting ``runs[param][path...]``, where ``runs`` is
-    what the class's ``setup_cache`` returned (asv names it after the attribute)."""
+def tracker(unit: str, *path: str) -> Callable[..., float]:
+    """A ``track_`` method reporting ``runs[params][path...]``, where ``runs`` is
+    what the class's ``setup_cache`` returned, keyed by the parameter value (one
+    parameter) or the tuple of values (several). asv names it after the attribute."""
 
-    def track(self: object, runs: Mapping[Any, Any], param: Any) -> float:
-        value = runs[param]
+    def track(self: object, runs: Mapping[Any, Any], *params: Any) -> float:
+        value = runs[params[0] if len(params) == 1 else params]
         for step in path:
             value = value[step]
         return float(value)
