@@ -107,12 +107,12 @@ def run(args: argparse.Namespace) -> int:
         require_matplotlib()
     bar = None
     if not args.json and sys.stderr.isatty():
-        bar = tqdm(total=100, unit="%", bar_format="{l_bar}{bar}| {elapsed}<{remaining} {postfix}", leave=False)
+        bar = tqdm(total=100, unit="%", bar_format="{l_bar}{bar}| {elapsed}<{remaining}{postfix}", leave=False)
 
     def progress(fraction: float, report: LoadReport) -> None:
         assert bar is not None
         bar.update(round(fraction * 100) - bar.n)
-        bar.set_postfix_str(f"{format_number(report.achieved_rate)} events/s")
+        bar.set_postfix_str(f"{report.achieved_rate:,.0f} events/s")
 
     report = run_load(config, args.path, progress if bar is not None else None)
     if bar is not None:
