@@ -29,6 +29,8 @@ def test_bench_json_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path, d
     assert doc["verdicts"]["NEW"] > 1500 and doc["verdicts"]["BEYOND_HORIZON"] > 0
     assert 0 < doc["p50_us"] <= doc["p99_us"] <= doc["p999_us"] <= doc["max_us"]
     assert doc["achieved_rate"] > 0 and doc["cpu_share"] > 0 and doc["bytes_on_disk"] > 0
+    assert 0 <= doc["cpu_system_share"] <= doc["cpu_share"]
+    assert doc["written_bytes"] >= 0 and doc["written_bytes_per_event"] >= 0
 
 
 def test_bench_table_and_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -38,3 +38,4 @@ class Sustained:
     track_cpu_share_percent = tracker("% of one core", "cpu_percent")
     track_eviction_lag_max_s = tracker("store-clock s", "eviction", "lag_seconds_max")
     track_bytes_on_disk = tracker("bytes", "bytes_on_disk")
+    track_written_bytes_per_event = tracker("bytes", "written_bytes_per_event")

@@ -143,7 +143,9 @@ def _summary(config: LoadConfig, report: LoadReport, doc: dict[str, Any]) -> lis
     rows += [
         ("latency", f"p50 {doc['p50_us']:,.0f} us, p99 {doc['p99_us']:,.0f} us, p99.9 {doc['p999_us']:,.0f} us "
                     f"(from scheduled send time)"),
-        ("cpu", f"{doc['cpu_share'] * 100:.1f}% of one core"),
+        ("cpu", f"{doc['cpu_share'] * 100:.1f}% of one core ({doc['cpu_system_share'] * 100:.1f}% in the kernel)"),
+        ("written", f"{format_number(doc['written_bytes'])} bytes to disk, "
+                    f"{format_number(doc['written_bytes_per_event'])} per event"),
         ("batches", f"{format_number(report.batches)} (mean {doc['mean_batch']} events)"),
         ("verdicts", verdicts),
     ]
