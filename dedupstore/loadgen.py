@@ -1,34 +1,61 @@
 """A paced, open-loop load generator: the reference stream against a store.
 
 Events are scheduled at fixed intervals (``1/rate``) from the start, whatever
-the store does; a consumer loop polls everything that is due (as a broker
-consumer fetches a batch), claims it with ``claim_many``, "performs" the NEW
-effects and completes them with ``complete_many``. A claim's latency is measured
-from its *scheduled* time, so a stall delays every event behind it and shows in
-the percentiles instead of silently lowering the offered rate (no coordinated
+the store does. A consumer takes what is due and claims it: in ``poll`` mode
+everything due at once with ``claim_many`` (as a broker consumer fetches a
+batch), in ``batch`` mode fixed batches that the producer delivers whole, in
+``single`` mode one ``claim`` per event. It "performs" the NEW effects and
+completes them (a few are released instead). A claim's latency is measured from
+its *scheduled* time, so a stall delays every event behind it and shows in the
+percentiles instead of silently lowering the offered rate (no coordinated
 omission).
 
 The mix follows the seeds: mostly new business keys shaped like
-``(order_id, version)`` in random order, redeliveries of recent keys, a few
-conflicting intents, a few late replays carrying an old ``event_time``, and a
-few effects that fail cleanly and are released.
+``(order_id, version)`` in random order, redeliveries of a key shortly after
+its original, a few conflicting intents, a few late replays carrying an old
+``event_time``, and a few effects that fail cleanly and are released.
+
+Retention runs during the load: the store's clock is accelerated
+(``time_scale`` store seconds per wall second; by default a 12 h horizon
+passes in 10 s), so generations rotate, are sealed and filtered, and are
+evicted by the store's own background thread while the load runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import tempfile
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .store import DedupStore
+from .errors import InvalidInputError
+
+try:
+    import resource  # POSIX only: the kernel-time and bytes-written figures
+except ImportError:  # pragma: no cover - Windows
+    resource = None  # type: ignore[assignment]
+from .namespace import generation_length
+from .store import DEFAULT_EVICTION_RATE, FILTERS_PER_REFRESH, DedupStore
 from .verdicts import Status
 
 NAMESPACE = "bench.orders"
+MODES = ("poll", "batch", "single")
+#: The reference horizon (SPEC section 8's sizing example) and the default
+#: acceleration that fits it into 10 s of wall time.
+HORIZON_S = 12 * 3600.0
+DEFAULT_TIME_SCALE = HORIZON_S / 10.0
+#: The lease in wall seconds: an accelerated clock must not expire a lease
+#: while its effect is being "performed".
+LEASE_WALL_S = 30.0
+#: Late replays reuse a key first sent at least this long ago (store clock);
+#: earlier in a run they carry a time this far before the namespace existed.
+LATE_AGE_S = 86_400.0
 
 
 @dataclass(frozen=True)
@@ -37,56 +64,205 @@ class LoadConfig:
     duration: float = 30.0
     durability: str = "sync"
     partitions: int | None = None
+    mode: str = "poll"
+    #: Events per producer batch in ``batch`` mode.
+    batch: int = 100
+    #: Most events one poll takes in ``poll`` mode (a broker fetch).
     max_batch: int = 1000
+    #: Store-clock seconds per wall second (1.0 = real time).
+    time_scale: float = DEFAULT_TIME_SCALE
+    horizon: float = HORIZON_S
+    bloom: bool = True
+    eviction: bool = True
     duplicate_share: float = 0.06
     conflict_share: float = 0.01
     late_share: float = 0.01
     release_share: float = 0.02
+    #: How long past ``duration`` a consumer that fell behind may keep claiming
+    #: the backlog (default: half the duration, at least 5 s); what is left
+    #: then is reported unclaimed.
+    drain: float | None = None
+    #: A redelivery repeats one of the new keys sent between ``redelivery_gap``
+    #: and ``redelivery_window`` events earlier (about 0.05-0.5 s at 18,000/s).
+    redelivery_gap: int = 1000
+    redelivery_window: int = 10_000
     seed: int = 1
+
+    def check(self) -> None:
+        """Refuse settings the generator cannot honour, naming the limit."""
+        if self.mode not in MODES:
+            raise InvalidInputError(f"mode must be one of {', '.join(MODES)}; got {self.mode!r}")
+        if not 0 < self.rate <= 10_000_000:
+            raise InvalidInputError(f"rate must be in (0, 10,000,000] events/s; got {self.rate!r}")
+        if not 0 < self.duration <= 86_400:
+            raise InvalidInputError(f"duration must be in (0, 86,400] s; got {self.duration!r}")
+        if self.drain is not None and not 0 <= self.drain <= 86_400:
+            raise InvalidInputError(f"drain must be in [0, 86,400] s; got {self.drain!r}")
+        if not 1 <= self.batch <= 100_000 or not 1 <= self.max_batch <= 100_000:
+            raise InvalidInputError(f"batch sizes must be 1..100,000; got {self.batch} and {self.max_batch}")
+        if not 1 <= self.time_scale <= 1_000_000:
+            raise InvalidInputError(f"time_scale must be 1..1,000,000; got {self.time_scale!r}")
+        if self.rate * self.duration > 50_000_000:
+            raise InvalidInputError(
+                f"rate x duration must be at most 50,000,000 events (the stream is made in memory first); "
+                f"got {self.rate * self.duration:,.0f}"
+            )
+
+
+class AcceleratedClock:
+    """A store clock that stands still until :meth:`start`, then runs
+    ``scale`` times faster than the wall clock."""
+
+    def __init__(self, scale: float, base: float | None = None) -> None:
+        self.scale = scale
+        self.base = time.time() if base is None else base
+        self._t0: float | None = None
+
+    def start(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def __call__(self) -> float:
+        if self._t0 is None:
+            return self.base
+        return self.base + (time.perf_counter() - self._t0) * self.scale
+
+
+@dataclass
+class Stream:
+    """The whole stream, made before the clock starts so that generating it
+    costs nothing in the measured CPU share. ``times`` are store-clock offsets
+    from the start of the run (None: no event_time)."""
+
+    keys: list[str]
+    intents: list[object]
+    times: list[float | None]
+    releases: list[bool]
+
+
+def make_stream(config: LoadConfig, total: int | None = None) -> Stream:
+    """``total`` events (default ``rate x duration``) of the reference mix."""
+    rng = random.Random(config.seed)
+    n = int(config.rate * config.duration) if total is None else total
+    virtual_interval = config.time_scale / config.rate  # store seconds between events
+    late_lag = int(LATE_AGE_S / virtual_interval) + 1  # events back to a key old enough to replay late
+    keys: list[str] = []
+    intents: list[object] = []
+    times: list[float | None] = []
+    releases: list[bool] = []
+    fresh: list[int] = []  # stream positions of new keys, for redeliveries and late replays
+    amounts: list[int] = []
+    dup = config.duplicate_share
+    conflict = dup + config.conflict_share
+    late = conflict + config.late_share
+    for i in range(n):
+        r = rng.random()
+        t: float | None = None
+        lo = len(fresh) - config.redelivery_window
+        hi = len(fresh) - config.redelivery_gap
+        if r < conflict and hi > 0:
+            j = fresh[rng.randrange(max(0, lo), hi)]
+            key, amount = keys[j], amounts[j] + (r >= dup)
+        elif conflict <= r < late:
+            # A replay from the archive: the key and event_time of an event
+            # sent a day ago (store clock), or, before a day has passed, a new
+            # key dated a day before the namespace existed.
+            if i >= late_lag:
+                j = rng.randrange(0, i - late_lag + 1)
+                key, amount, t = keys[j], amounts[j], j * virtual_interval
+            else:
+                key, amount, t = f"order-{rng.getrandbits(48):012x}:v1", rng.randrange(1, 100_000), -LATE_AGE_S
+        else:
+            key = f"order-{rng.getrandbits(48):012x}:v{rng.randrange(1, 4)}"
+            amount = rng.randrange(1, 100_000)
+            fresh.append(i)
+        keys.append(key)
+        amounts.append(amount)
+        intents.append({"amount": amount, "currency": "EUR"})
+        times.append(t)
+        releases.append(rng.random() < config.release_share)
+    return Stream(keys, intents, times, releases)
 
 
 @dataclass
 class LoadReport:
     config: LoadConfig
     path: str
-    offered: int = 0
+    #: Events scheduled, and of those claimed before the drain deadline.
+    scheduled: int = 0
+    claimed: int = 0
     wall_seconds: float = 0.0
     cpu_seconds: float = 0.0
+    #: Of cpu_seconds, in the kernel (page writes, fsync, faults).
+    cpu_system_seconds: float = 0.0
+    #: Bytes the process wrote to the block device (Linux getrusage ru_oublock;
+    #: 0 where the OS does not count it).
+    written_bytes: int = 0
+    #: Claim latency of each event in stream order, from its scheduled time (us);
+    #: for an unclaimed event, the time it had waited when the run stopped (a
+    #: lower bound, so a run cut short never looks faster than it was).
     latencies_us: list[float] = field(default_factory=list)
     verdicts: dict[str, int] = field(default_factory=dict)
     batches: int = 0
     bytes_on_disk: int = 0
+    store_seconds: float = 0.0
+    evicted: int = 0
+    eviction_lag_max: float = 0.0
+    eviction_lag_end: float = 0.0
+    frontier_advance: float = 0.0
+    filters: int = 0
+    _sorted: list[float] | None = field(default=None, repr=False)
 
     @property
     def achieved_rate(self) -> float:
-        return self.offered / self.wall_seconds if self.wall_seconds else 0.0
+        return self.claimed / self.wall_seconds if self.wall_seconds else 0.0
 
     @property
     def cpu_share(self) -> float:
         return self.cpu_seconds / self.wall_seconds if self.wall_seconds else 0.0
 
     def percentile(self, q: float) -> float:
-        data = sorted(self.latencies_us)
+        if self._sorted is None or len(self._sorted) != len(self.latencies_us):
+            self._sorted = sorted(self.latencies_us)
+        data = self._sorted
         if not data:
             return 0.0
         return data[min(len(data) - 1, int(q * len(data)))]
 
     def to_dict(self) -> dict[str, Any]:
+        c = self.config
         return {
-            "rate": self.config.rate,
-            "duration_seconds": self.config.duration,
-            "durability": self.config.durability,
+            "rate": c.rate,
+            "duration_seconds": c.duration,
+            "durability": c.durability,
+            "mode": c.mode,
+            "batch": c.batch if c.mode == "batch" else (c.max_batch if c.mode == "poll" else 1),
             "path": self.path,
-            "events": self.offered,
+            "events": self.scheduled,
+            "claimed": self.claimed,
+            "unclaimed": self.scheduled - self.claimed,
             "achieved_rate": round(self.achieved_rate, 1),
             "p50_us": round(self.percentile(0.50), 1),
             "p99_us": round(self.percentile(0.99), 1),
             "p999_us": round(self.percentile(0.999), 1),
             "max_us": round(max(self.latencies_us, default=0.0), 1),
             "cpu_share": round(self.cpu_share, 4),
-            "mean_batch": round(self.offered / self.batches, 1) if self.batches else 0.0,
+            "cpu_system_share": round(self.cpu_system_seconds / self.wall_seconds, 4) if self.wall_seconds else 0.0,
+            "written_bytes": self.written_bytes,
+            "written_bytes_per_event": round(self.written_bytes / self.claimed) if self.claimed else 0,
+            "mean_batch": round(self.claimed / self.batches, 1) if self.batches else 0.0,
             "verdicts": self.verdicts,
             "bytes_on_disk": self.bytes_on_disk,
+            "time_scale": c.time_scale,
+            "horizon_seconds": c.horizon,
+            "store_seconds": round(self.store_seconds, 1),
+            "eviction": {
+                "enabled": c.eviction,
+                "evicted": self.evicted,
+                "lag_seconds_max": round(self.eviction_lag_max, 1),
+                "lag_seconds_end": round(self.eviction_lag_end, 1),
+                "frontier_advance_seconds": round(self.frontier_advance, 1),
+            },
+            "bloom": {"enabled": c.bloom, "filters": self.filters},
         }
 
 
@@ -98,98 +274,308 @@ def run_load(
     config: LoadConfig,
     path: str | os.PathLike[str] | None = None,
     progress: Callable[[float, LoadReport], None] | None = None,
+    stream: Stream | None = None,
 ) -> LoadReport:
     """Drive a store at ``config.rate`` for ``config.duration`` seconds.
 
     ``path`` defaults to a fresh temporary directory (removed afterwards).
     ``progress`` is called about once a second with the fraction done.
+    ``stream`` reuses events made by :func:`make_stream` (default: made here,
+    before the clock starts).
     """
+    config.check()
+    if stream is None:
+        stream = make_stream(config)
     if path is None:
         with tempfile.TemporaryDirectory(prefix="dedupstore-bench-") as tmp:
-            return _run(config, Path(tmp) / "store", progress)
-    return _run(config, Path(path), progress)
+            return _run(config, Path(tmp) / "store", progress, stream)
+    return _run(config, Path(path), progress, stream)
 
 
-def _events(config: LoadConfig, rng: random.Random, total: int, old_time: float) -> tuple[
-    list[str], list[object], list[float | None], list[bool]
-]:
-    """The whole stream, made before the clock starts so that generating it
-    costs nothing in the measured CPU share."""
-    keys: list[str] = []
-    intents: list[object] = []
-    times: list[float | None] = []
-    releases: list[bool] = []
-    recent: list[tuple[str, int]] = []  # (key, amount) of recent effects, for redeliveries
-    for _ in range(total):
-        r = rng.random()
-        if recent and r < config.duplicate_share:
-            key, amount = recent[rng.randrange(len(recent))]
-        elif recent and r < config.duplicate_share + config.conflict_share:
-            key, amount = recent[rng.randrange(len(recent))]
-            amount += 1
-        else:
-            key = f"order-{rng.getrandbits(48):012x}:v{rng.randrange(1, 4)}"
-            amount = rng.randrange(1, 100_000)
-            if len(recent) < 50_000:
-                recent.append((key, amount))
-            else:
-                recent[rng.randrange(len(recent))] = (key, amount)
-        keys.append(key)
-        intents.append({"amount": amount, "currency": "EUR"})
-        times.append(old_time if rng.random() < config.late_share else None)
-        releases.append(rng.random() < config.release_share)
-    return keys, intents, times, releases
+class _Consumer:
+    """The consumer side: claims, then completes or releases the leased effects."""
 
+    def __init__(self, store: DedupStore, stream: Stream, base: float, counts: dict[Status, int]) -> None:
+        self.store = store
+        self.keys = stream.keys
+        self.intents = stream.intents
+        self.releases = stream.releases
+        # Absolute event times, made before the clock starts.
+        self.times = [None if t is None else base + t for t in stream.times]
+        self.counts = counts
+        self.done = 0.0  # perf_counter() when the last claim returned
 
-def _run(config: LoadConfig, root: Path, progress: Callable[[float, LoadReport], None] | None) -> LoadReport:
-    rng = random.Random(config.seed)
-    report = LoadReport(config=config, path=str(root))
-    counts = dict.fromkeys((s.name for s in Status), 0)
-    total = int(config.rate * config.duration)
-    with DedupStore.open(root, durability=config.durability, partitions=config.partitions) as store:
-        store.ensure_namespace(NAMESPACE, horizon="12h", lease="30s")
-        # Before the namespace existed, so beyond its frontier: late replays.
-        keys, intents, times, releases = _events(config, rng, total, store.now() - 86400.0)
-        interval = 1.0 / config.rate
-        latencies = report.latencies_us
-        cpu0 = time.process_time()
-        t0 = time.perf_counter()
-        next_progress = t0 + 1.0
-        sent = 0
-        while sent < total:
-            now = time.perf_counter()
-            due = min(total, int((now - t0) / interval) + 1)
-            if due <= sent:
-                time.sleep(max(0.0, t0 + sent * interval - now))
+    def batch(self, start: int, end: int) -> None:
+        store, releases, counts = self.store, self.releases, self.counts
+        batch = store.claim_many(
+            NAMESPACE, self.keys[start:end], self.intents[start:end], event_times=self.times[start:end]
+        )
+        self.done = time.perf_counter()
+        completes: list[tuple[bytes | str, int, bytes | str]] = []
+        released: list[tuple[bytes | str, int]] = []
+        for i, res in enumerate(batch, start):
+            counts[res.status] += 1
+            if res.token is None:
                 continue
-            end = min(due, sent + config.max_batch)
-            batch = store.claim_many(NAMESPACE, keys[sent:end], intents[sent:end], event_times=times[sent:end])
-            done = time.perf_counter()
-            latencies.extend((done - t0 - i * interval) * 1e6 for i in range(sent, end))
-            completes: list[tuple[bytes | str, int, bytes | str]] = []
-            released: list[tuple[bytes | str, int]] = []
-            for i, res in enumerate(batch, sent):
-                counts[res.status.name] += 1
-                if res.token is None:
-                    continue
-                if releases[i]:
-                    released.append((res.key, res.token))
-                else:
-                    completes.append((res.key, res.token, b"ok"))
-            if completes:
-                store.complete_many(NAMESPACE, completes)
-            if released:
-                store.release_many(NAMESPACE, released)
-            sent = end
-            report.batches += 1
-            if progress is not None and done >= next_progress:
-                next_progress = done + 1.0
-                report.offered = sent
-                report.wall_seconds = done - t0
-                progress(sent / total, report)
-        report.wall_seconds = time.perf_counter() - t0
-        report.cpu_seconds = time.process_time() - cpu0
-        report.offered = sent
-        report.verdicts = counts
+            if releases[i]:
+                released.append((res.key, res.token))
+            else:
+                completes.append((res.key, res.token, b"ok"))
+        if completes:
+            store.complete_many(NAMESPACE, completes)
+        if released:
+            store.release_many(NAMESPACE, released)
+
+    def single(self, i: int) -> None:
+        store = self.store
+        res = store.claim(NAMESPACE, self.keys[i], self.intents[i], event_time=self.times[i])
+        self.done = time.perf_counter()
+        self.counts[res.status] += 1
+        if res.token is not None:
+            if self.releases[i]:
+                store.release(NAMESPACE, res.key, res.token)
+            else:
+                store.complete(NAMESPACE, res.key, res.token, b"ok")
+
+
+class PrefilterRefresher:
+    """Keeps the Bloom prefilter up to date for a store opened with eviction
+    off: the store's background thread does both jobs, so without it no
+    generation would get a filter and "eviction off" would also mean "Bloom
+    off". Refreshes about once a second, as that thread does."""
+
+    def __init__(self, store: DedupStore) -> None:
+        self._store = store
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dedupstore-bench-prefilter", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            self._store.refresh_prefilter(limit=FILTERS_PER_REFRESH)
+
+    def __enter__(self) -> PrefilterRefresher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _retention(store: DedupStore) -> dict[str, Any]:
+    ns: dict[str, Any] = store.stats()["namespaces"][NAMESPACE]
+    return ns
+
+
+def _run(
+    config: LoadConfig, root: Path, progress: Callable[[float, LoadReport], None] | None, stream: Stream
+) -> LoadReport:
+    report = LoadReport(config=config, path=str(root))
+    clock = AcceleratedClock(config.time_scale)
+    with DedupStore.open(
+        root,
+        durability=config.durability,
+        partitions=config.partitions,
+        bloom=config.bloom,
+        clock=clock,
+        eviction_rate=DEFAULT_EVICTION_RATE if config.eviction else 0,
+    ) as store:
+        lease = min(LEASE_WALL_S * config.time_scale, 7 * 86_400.0)
+        store.ensure_namespace(NAMESPACE, horizon=config.horizon, lease=lease)
+        with contextlib.ExitStack() as stack:
+            if config.bloom and not config.eviction:
+                stack.enter_context(PrefilterRefresher(store))
+            _drive(config, store, stream, clock, report, progress)
     report.bytes_on_disk = _disk_bytes(root)
     return report
+
+
+def _drive(
+    config: LoadConfig,
+    store: DedupStore,
+    stream: Stream,
+    clock: AcceleratedClock,
+    report: LoadReport,
+    progress: Callable[[float, LoadReport], None] | None,
+) -> None:
+    """The measured part: the schedule, the consumer, the figures."""
+    total = len(stream.keys)
+    counts = dict.fromkeys(Status, 0)
+    consumer = _Consumer(store, stream, clock.base, counts)
+    frontier0 = _retention(store)["frontier"]
+    interval = 1.0 / config.rate
+    # Events that share a scheduled time: a producer batch in "batch" mode.
+    step = config.batch if config.mode == "batch" else 1
+    take = config.max_batch if config.mode == "poll" else step
+    single = config.mode == "single"
+    latencies = report.latencies_us
+    cpu0 = time.process_time()
+    use0 = None if resource is None else resource.getrusage(resource.RUSAGE_SELF)
+    clock.start()
+    t0 = time.perf_counter()
+    next_tick = t0 + 1.0
+    sent = 0
+    deadline = t0 + config.duration + (max(5.0, config.duration / 2) if config.drain is None else config.drain)
+    while sent < total:
+        now = time.perf_counter()
+        if now > deadline:
+            break
+        due = min(total, (int((now - t0) / (interval * step)) + 1) * step)
+        if due <= sent:
+            time.sleep(max(0.0, t0 + sent * interval - now))
+            continue
+        end = min(due, sent + take)
+        if single:
+            consumer.single(sent)
+        else:
+            consumer.batch(sent, end)
+        done = consumer.done - t0
+        if step == 1:
+            latencies.extend((done - i * interval) * 1e6 for i in range(sent, end))
+        else:
+            latencies.extend((done - (i - i % step) * interval) * 1e6 for i in range(sent, end))
+        sent = end
+        report.batches += 1
+        if consumer.done >= next_tick:
+            next_tick = consumer.done + 1.0
+            report.eviction_lag_max = max(report.eviction_lag_max, _retention(store)["eviction_lag_seconds"])
+            if progress is not None:
+                report.claimed = sent
+                report.wall_seconds = consumer.done - t0
+                progress(sent / total, report)
+    stop = time.perf_counter()
+    report.wall_seconds = stop - t0
+    report.cpu_seconds = time.process_time() - cpu0
+    if use0 is not None:
+        use1 = resource.getrusage(resource.RUSAGE_SELF)
+        report.cpu_system_seconds = use1.ru_stime - use0.ru_stime
+        report.written_bytes = (use1.ru_oublock - use0.ru_oublock) * 512  # counted in 512-byte blocks
+    report.store_seconds = clock() - clock.base
+    report.scheduled = total
+    report.claimed = sent
+    latencies.extend((stop - t0 - (i - i % step) * interval) * 1e6 for i in range(sent, total))
+    report.verdicts = {s.name: n for s, n in counts.items()}
+    ret = _retention(store)
+    report.evicted = ret["evicted"]
+    report.eviction_lag_end = ret["eviction_lag_seconds"]
+    report.eviction_lag_max = max(report.eviction_lag_max, report.eviction_lag_end)
+    report.frontier_advance = ret["frontier"] - frontier0
+    report.filters = ret["prefilter"]["filters"]
+
+
+def generations_per_second(config: LoadConfig) -> float:
+    """How many generations the accelerated clock rotates through per wall second."""
+    return config.time_scale / (generation_length(config.horizon) / 1e6)
+
+
+# ------------------------------------------------------------ sustainable rate
+
+#: A ramp step with fewer events has no meaningful p99.
+MIN_STEP_EVENTS = 200
+
+
+@dataclass(frozen=True)
+class RampStep:
+    rate: float
+    achieved_rate: float
+    p50_us: float
+    p99_us: float
+    cpu_share: float
+    ok: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rate": round(self.rate, 1),
+            "achieved_rate": round(self.achieved_rate, 1),
+            "p50_us": round(self.p50_us, 1),
+            "p99_us": round(self.p99_us, 1),
+            "cpu_share": round(self.cpu_share, 4),
+            "ok": self.ok,
+        }
+
+
+@dataclass
+class RampResult:
+    mode: str
+    batch: int
+    p99_limit_us: float
+    steps: list[RampStep] = field(default_factory=list)
+
+    @property
+    def max_rate(self) -> float | None:
+        """The highest offered rate that was sustained (None: not even the first)."""
+        passed = [s.rate for s in self.steps if s.ok]
+        return max(passed) if passed else None
+
+    def to_dict(self) -> dict[str, Any]:
+        best = self.max_rate
+        return {
+            "mode": self.mode,
+            "batch": self.batch,
+            "p99_limit_us": self.p99_limit_us,
+            "max_rate": None if best is None else round(best, 1),
+            "steps": [s.to_dict() for s in self.steps],
+        }
+
+
+def find_max_rate(
+    config: LoadConfig,
+    *,
+    start: float,
+    factor: float = 1.5,
+    step_seconds: float = 3.0,
+    p99_limit_us: float = 1000.0,
+    min_achieved: float = 0.95,
+    refine: int = 2,
+    max_steps: int = 12,
+    on_step: Callable[[RampStep], None] | None = None,
+) -> RampResult:
+    """Ramp the offered rate until a step is not sustained, then narrow down.
+
+    Each step is a fresh store under ``config`` at one rate for
+    ``step_seconds``. A step is sustained when its claim p99 (from the
+    scheduled time) is at most ``p99_limit_us`` and it achieved at least
+    ``min_achieved`` of the offered rate. The rate grows by ``factor`` per step
+    until one fails (or, when ``start`` already fails, shrinks by it until one
+    passes); then ``refine`` bisections (geometric) between the highest
+    sustained rate and the lowest failed one. At most ``max_steps`` steps
+    before the bisections, and none of fewer than MIN_STEP_EVENTS events.
+    """
+    if factor <= 1.0 or start <= 0 or refine < 0 or max_steps < 1:
+        raise InvalidInputError("find_max_rate needs start > 0, factor > 1, refine >= 0, max_steps >= 1")
+    result = RampResult(config.mode, config.batch if config.mode == "batch" else 1, p99_limit_us)
+
+    def attempt(rate: float) -> bool:
+        # A step whose backlog is not gone a second after it ends has failed.
+        rep = run_load(replace(config, rate=rate, duration=step_seconds, drain=1.0))
+        ok = rep.percentile(0.99) <= p99_limit_us and rep.achieved_rate >= min_achieved * rate
+        st = RampStep(rate, rep.achieved_rate, rep.percentile(0.5), rep.percentile(0.99), rep.cpu_share, ok)
+        result.steps.append(st)
+        if on_step is not None:
+            on_step(st)
+        return ok
+
+    good: float | None = None
+    bad: float | None = None
+    rate = start
+    for _ in range(max_steps):
+        if attempt(rate):
+            good = rate
+            if bad is not None:
+                break
+            rate *= factor
+        else:
+            bad = rate
+            if good is not None:
+                break
+            rate /= factor  # not even the start: ramp down instead
+            if rate * step_seconds < MIN_STEP_EVENTS:
+                break
+    if good is not None and bad is not None:
+        for _ in range(refine):
+            mid = (good * bad) ** 0.5
+            if attempt(mid):
+                good = mid
+            else:
+                bad = mid
+    return result

@@ -5,6 +5,8 @@
 #                                 reference load of 18,000 events/s, with a summary
 #   scripts/dev.sh test  [ARGS]   lint, types, stub check, C unit tests, pytest
 #                                 (ARGS go to pytest, e.g. -m 'not slow')
+#   scripts/dev.sh asv   [ARGS]   asv with the bench extra, e.g. 'run --python=same'
+#                                 (benches/README.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,10 +37,21 @@ cmd=${1:-}
 shift || true
 case "$cmd" in
     bench)
-        setup '.[test]'
+        setup '.[plot]'
+        picture=(--histogram bench-results/latency.png)
+        for arg in "$@"; do
+            # A ramp runs many short stores: there is no one run to draw.
+            if [ "$arg" = --find-max ]; then picture=(); fi
+        done
         # The console script, not `python -m`: from the checkout, -m would import
         # the source tree (which has no compiled _native) instead of the install.
-        exec "$VENV/bin/dedupstore" bench --rate 18000 --duration 30s "$@"
+        exec "$VENV/bin/dedupstore" bench --rate 18000 --duration 30s "${picture[@]}" "$@"
+        ;;
+    asv)
+        setup '.[bench]'
+        # asv asks about the machine once; --yes takes the defaults it detects.
+        [ -f "$HOME/.asv-machine.json" ] || "$VENV/bin/asv" machine --yes >/dev/null
+        exec "$VENV/bin/asv" "$@"
         ;;
     test)
         setup '.[test]'
@@ -51,7 +64,7 @@ case "$cmd" in
         exec "../$VENV/bin/python" -m pytest -c ../pyproject.toml --rootdir .. "$@"
         ;;
     *)
-        echo "usage: scripts/dev.sh {bench|test} [ARGS]" >&2
+        echo "usage: scripts/dev.sh {bench|test|asv} [ARGS]" >&2
         exit 2
         ;;
 esac

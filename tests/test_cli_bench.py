@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import sys
 from pathlib import Path
 
 import pytest
+from _cli import rows, run, run_json
 
+from dedupstore.cli import bench
 from dedupstore.cli.main import main
 
 
@@ -20,11 +24,13 @@ def test_bench_json_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path, d
     doc = json.loads(capsys.readouterr().out)
     for key in ("achieved_rate", "p50_us", "p99_us", "p999_us", "cpu_share", "verdicts", "bytes_on_disk", "events"):
         assert key in doc
-    assert doc["events"] == 2000
+    assert doc["events"] == 2000 == doc["claimed"] and doc["unclaimed"] == 0
     assert sum(doc["verdicts"].values()) == 2000
     assert doc["verdicts"]["NEW"] > 1500 and doc["verdicts"]["BEYOND_HORIZON"] > 0
     assert 0 < doc["p50_us"] <= doc["p99_us"] <= doc["p999_us"] <= doc["max_us"]
     assert doc["achieved_rate"] > 0 and doc["cpu_share"] > 0 and doc["bytes_on_disk"] > 0
+    assert 0 <= doc["cpu_system_share"] <= doc["cpu_share"]
+    assert doc["written_bytes"] >= 0 and doc["written_bytes_per_event"] >= 0
 
 
 def test_bench_table_and_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -33,3 +39,58 @@ def test_bench_table_and_bad_input(capsys: pytest.CaptureFixture[str], tmp_path:
     assert "achieved" in out and "p99" in out and "of one core" in out
     assert main(["bench", "--rate", "fast"]) == 2
     assert "dedupstore: error:" in capsys.readouterr().err
+
+
+def test_bench_reports_retention(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    doc = run_json(capsys, "bench", "--rate", "1000", "--duration", "1s", "--durability", "flush",
+                   "--time-scale", "86400", "--mode", "batch", "--batch", "50", "--path", str(tmp_path / "s"))
+    assert doc["mode"] == "batch" and doc["batch"] == 50 and doc["time_scale"] == 86400
+    assert doc["horizon_seconds"] == 43200 and doc["store_seconds"] > 43200
+    assert set(doc["eviction"]) == {"enabled", "evicted", "lag_seconds_max", "lag_seconds_end",
+                                    "frontier_advance_seconds"}
+    assert set(doc["bloom"]) == {"enabled", "filters"}
+    code, out, _ = run(capsys, "bench", "--rate", "500", "--duration", "300ms", "--no-eviction", "--no-bloom",
+                       "--path", str(tmp_path / "t"))
+    assert code == 0 and "eviction off" in rows(out)["retention"]
+
+
+def test_find_max_json_shape(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two real (tiny) steps per ramp: the shape and the logic, not the figures.
+    monkeypatch.setattr(bench, "find_max_rate", functools.partial(bench.find_max_rate, max_steps=2, refine=0))
+    monkeypatch.setattr(bench, "RAMP_START", {"single": 200.0, "batch": 2000.0})
+    doc = run_json(capsys, "bench", "--find-max", "--step", "300ms", "--durability", "flush", "--p99-limit", "5ms")
+    assert doc["durability"] == "flush" and doc["p99_limit_us"] == 5000 and doc["step_seconds"] == 0.3
+    assert set(doc["find_max"]) == {"single", "batch"}
+    for mode, res in doc["find_max"].items():
+        assert res["mode"] == mode and res["batch"] == (1 if mode == "single" else 100)
+        assert 1 <= len(res["steps"]) <= 2
+        for step in res["steps"]:
+            assert set(step) == {"rate", "achieved_rate", "p50_us", "p99_us", "cpu_share", "ok"}
+            assert step["ok"] == (step["p99_us"] <= 5000 and step["achieved_rate"] >= 0.95 * step["rate"])
+        passed = [s["rate"] for s in res["steps"] if s["ok"]]
+        assert res["max_rate"] == (max(passed) if passed else None)
+    code, out, _ = run(capsys, "bench", "--find-max", "--step", "300ms", "--durability", "flush")
+    assert code == 0 and set(rows(out)) == {"single claims", "batches of 100"}
+
+
+def test_find_max_refuses_path_and_histogram(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    for extra in (["--path", str(tmp_path)], ["--histogram", str(tmp_path / "x.png")]):
+        code, _, err = run(capsys, "bench", "--find-max", *extra)
+        assert code == 2 and "--find-max" in err
+
+
+def test_histogram_png(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "pics" / "latency.png"
+    doc = run_json(capsys, "bench", "--rate", "1000", "--duration", "500ms", "--durability", "flush",
+                   "--histogram", str(png))
+    assert Path(doc["histogram"]) == png.resolve()
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_histogram_without_matplotlib_fails_first(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import raises ImportError
+    code, out, err = run(capsys, "bench", "--duration", "10m", "--histogram", str(tmp_path / "x.png"))
+    assert code == 2 and out == "" and "matplotlib" in err and "dedupstore[plot]" in err

@@ -1,0 +1,140 @@
+"""The load generator's logic: the stream's mix, the run's report, retention
+during the run, and the ramp. Tiny rates and durations; nothing here times the
+store (performance is measured by the benches, never asserted)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from dedupstore import loadgen
+from dedupstore.errors import InvalidInputError
+from dedupstore.loadgen import LATE_AGE_S, LoadConfig, LoadReport, find_max_rate, make_stream, run_load
+
+
+def test_stream_mix_follows_the_shares() -> None:
+    config = LoadConfig(rate=10_000, duration=5, time_scale=43_200.0, redelivery_gap=100, redelivery_window=1000)
+    s = make_stream(config)
+    n = len(s.keys)
+    assert n == 50_000 and len(s.intents) == len(s.times) == len(s.releases) == n
+    first: dict[str, int] = {}
+    repeats = conflicts = 0
+    for i, (k, intent) in enumerate(zip(s.keys, s.intents, strict=True)):
+        if k in first:
+            if s.times[i] is None:  # a redelivery or conflict: shortly after its original
+                assert config.redelivery_gap <= i - first[k] <= 3 * config.redelivery_window
+                repeats += 1
+                conflicts += intent != s.intents[first[k]]
+        else:
+            first[k] = i
+    assert 0.05 * n < repeats < 0.09 * n  # 6% duplicates + 1% conflicts
+    assert 0.005 * n < conflicts < 0.015 * n
+    late = [i for i, t in enumerate(s.times) if t is not None]
+    assert 0.005 * n < len(late) < 0.015 * n
+    virtual = config.time_scale / config.rate
+    for i in late:
+        t = s.times[i]
+        assert t is not None
+        if t < 0:  # before a day of store time has passed: a fresh key from before the namespace
+            assert t == -LATE_AGE_S and i * virtual < LATE_AGE_S + virtual
+        else:  # a replay of a key sent at least a day (store clock) earlier, with its own time
+            j = round(t / virtual)
+            assert s.keys[j] == s.keys[i] and t == pytest.approx(j * virtual) and (i - j) * virtual >= LATE_AGE_S
+    assert 0.01 * n < sum(s.releases) < 0.03 * n
+    assert make_stream(config).keys == s.keys  # seeded
+
+
+@pytest.mark.parametrize("mode", ["poll", "batch", "single"])
+def test_run_reports_every_event(tmp_path: Path, mode: str) -> None:
+    rate = 400 if mode == "single" else 1000  # single: two commits per event, keep it short
+    config = LoadConfig(rate=rate, duration=0.5, durability="flush", mode=mode, batch=50, time_scale=1.0)
+    report = run_load(config, tmp_path / "s")
+    doc = report.to_dict()
+    n = rate // 2
+    assert doc["events"] == n == len(report.latencies_us) == sum(doc["verdicts"].values())
+    assert doc["mode"] == mode and doc["batch"] == {"poll": 1000, "batch": 50, "single": 1}[mode]
+    assert doc["verdicts"]["NEW"] > 0.8 * n and doc["verdicts"]["BEYOND_HORIZON"] > 0
+    assert 0 < doc["p50_us"] <= doc["p99_us"] <= doc["p999_us"] <= doc["max_us"]
+    assert doc["bytes_on_disk"] > 0 and doc["cpu_share"] > 0
+    if mode == "batch":
+        assert report.batches == 10
+    if mode == "single":
+        assert report.batches == n
+
+
+def test_accelerated_clock_rotates_and_evicts(tmp_path: Path) -> None:
+    # 12h of store time per wall second: ~24 generations pass in 2 s, and the
+    # store's own background thread evicts those past the horizon.
+    config = LoadConfig(rate=2000, duration=2.0, durability="flush", time_scale=43_200.0)
+    doc = run_load(config, tmp_path / "s").to_dict()
+    assert doc["store_seconds"] >= 2.0 * 43_200 * 0.9
+    ev = doc["eviction"]
+    assert ev["enabled"] and ev["evicted"] > 0 and ev["frontier_advance_seconds"] > 0
+    assert ev["lag_seconds_max"] >= ev["lag_seconds_end"] >= 0
+    off = run_load(replace(config, eviction=False), tmp_path / "t").to_dict()
+    # Eviction off: nothing evicted, but generations still get their filters.
+    assert off["eviction"]["evicted"] == 0 and off["bloom"]["filters"] > 0
+    none = run_load(replace(config, eviction=False, bloom=False), tmp_path / "u").to_dict()
+    assert none["eviction"]["evicted"] == 0 and none["bloom"]["filters"] == 0
+
+
+def test_a_run_that_falls_behind_stops_at_the_drain_deadline(tmp_path: Path) -> None:
+    # Single claims at 20,000/s cannot keep up (each waits on its commit);
+    # with no drain time the run stops when the schedule ends.
+    config = LoadConfig(rate=20_000, duration=0.3, durability="flush", mode="single", drain=0.0, time_scale=1.0)
+    report = run_load(config, tmp_path / "s")
+    doc = report.to_dict()
+    assert doc["events"] == 6000 == len(report.latencies_us)
+    assert 0 < doc["claimed"] < 6000 and doc["claimed"] + doc["unclaimed"] == 6000
+    assert sum(doc["verdicts"].values()) == doc["claimed"]
+    assert report.wall_seconds < 1.0
+    # Unclaimed events count with the time they had waited: at least until the schedule's end.
+    assert report.latencies_us[-1] >= 0 and report.latencies_us[doc["claimed"]] > report.latencies_us[-1]
+
+
+def test_bad_config_is_refused() -> None:
+    for bad in (
+        LoadConfig(mode="burst"), LoadConfig(rate=0), LoadConfig(batch=0), LoadConfig(time_scale=0.5),
+        LoadConfig(rate=1e6, duration=100), LoadConfig(drain=-1),
+    ):
+        with pytest.raises(InvalidInputError):
+            run_load(bad)
+
+
+def _fake_run(limit_rate: float, calls: list[float]):  # type: ignore[no-untyped-def]
+    """A run_load stand-in whose p99 crosses 1 ms above ``limit_rate``."""
+
+    def fake(config: LoadConfig, *args: object, **kwargs: object) -> LoadReport:
+        calls.append(config.rate)
+        rep = LoadReport(config=config, path="-", scheduled=int(config.rate), claimed=int(config.rate),
+                         wall_seconds=1.0)
+        rep.latencies_us = [500.0 if config.rate <= limit_rate else 5000.0] * 10
+        return rep
+
+    return fake
+
+
+def test_ramp_goes_up_then_bisects(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[float] = []
+    monkeypatch.setattr(loadgen, "run_load", _fake_run(3000.0, calls))
+    res = find_max_rate(LoadConfig(mode="batch"), start=1000, factor=2.0, refine=2)
+    assert calls[:3] == [1000, 2000, 4000]  # up until 4000 fails
+    assert len(calls) == 5  # then two bisections between 2000 and 4000
+    assert res.max_rate is not None and 2000 <= res.max_rate <= 3000
+    doc = res.to_dict()
+    assert doc["mode"] == "batch" and doc["batch"] == 100 and doc["p99_limit_us"] == 1000.0
+    assert [s["ok"] for s in doc["steps"]][:3] == [True, True, False]
+
+
+def test_ramp_goes_down_when_the_start_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[float] = []
+    monkeypatch.setattr(loadgen, "run_load", _fake_run(300.0, calls))
+    res = find_max_rate(LoadConfig(mode="single"), start=1000, factor=2.0, refine=0)
+    assert calls == [1000, 500, 250] and res.max_rate == 250
+    calls.clear()
+    monkeypatch.setattr(loadgen, "run_load", _fake_run(0.0, calls))
+    res = find_max_rate(LoadConfig(mode="single"), start=1000, factor=2.0, step_seconds=1.0)
+    assert res.max_rate is None and calls[-1] >= loadgen.MIN_STEP_EVENTS  # stops before steps too small to judge
+    assert res.to_dict()["max_rate"] is None
