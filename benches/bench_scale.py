@@ -5,7 +5,9 @@ time-ordered) 55-byte business keys, claimed with ``claim_many`` and completed
 with ``complete_many``, 10,000 a batch, while an injected clock advances at
 18,000 events/s (so 10M entries are 9.3 minutes of stream, one generation of a
 12-hour horizon: the hard case, where the newest generation is the whole
-store). Loading runs without fsync (a bench-only durability, LMDB's
+store). Each point is a copy of the store as it was then; the copies are
+measured in interleaved rounds, so the machine's busy spells fall on every
+size alike. Loading runs without fsync (a bench-only durability, LMDB's
 ``sync=False``; the kernel coalesces the writes), or it would take most of an
 hour on a disk that fsyncs ~10,000 random pages a second; every measurement
 reopens the store in the real ``--durability``. At each point it measures, on
@@ -30,6 +32,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import sys
 import tempfile
@@ -139,19 +142,17 @@ def majflt() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_majflt
 
 
-def measure(store: DedupStore, keys: Keys, recent: list[bytes]) -> dict[str, float]:
-    wall, cpu = timed(lambda k: store.claim(NS, k), keys.take(SAMPLES))
-    batches = [keys.take(1000) for _ in range(5)]
-    bwall, bcpu = timed(lambda b: store.claim_many(NS, b), batches)
-    dwall, dcpu = timed(lambda k: store.claim(NS, k), recent[-SAMPLES:])
+def measure(store: DedupStore, keys: Keys, recent: list[bytes], samples: int) -> dict[str, list[float]]:
+    wall, cpu = timed(lambda k: store.claim(NS, k), keys.take(samples))
+    bwall, bcpu = timed(lambda b: store.claim_many(NS, b), [keys.take(1000) for _ in range(2)])
+    dwall, dcpu = timed(lambda k: store.claim(NS, k), recent[-samples:])
     return {
-        "claim_new_us_p50": statistics.median(wall),
-        "claim_new_us_p99": pct(wall, 0.99),
-        "claim_new_cpu_us_p50": statistics.median(cpu),
-        "claim_many_us_per_key": statistics.median(bwall) / 1000,
-        "claim_many_cpu_us_per_key": statistics.median(bcpu) / 1000,
-        "duplicate_us_p50": statistics.median(dwall),
-        "duplicate_cpu_us_p50": statistics.median(dcpu),
+        "claim_new": wall,
+        "claim_new_cpu": cpu,
+        "claim_many": [w / 1000 for w in bwall],
+        "claim_many_cpu": [c / 1000 for c in bcpu],
+        "duplicate": dwall,
+        "duplicate_cpu": dcpu,
     }
 
 
@@ -174,45 +175,100 @@ def cold(root: Path, clock: Clock, keys: Keys, recent: list[bytes], durability: 
     }
 
 
-def run(points: list[int], largest_seconds: float, durability: str, partitions: int, quiet: bool) -> list[dict]:
-    out: list[dict] = []
+def fsync_files(root: Path) -> None:
+    for f in root.rglob("data.mdb"):  # what the load left in the page cache, made durable
+        fd = os.open(f, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+
+
+class Snapshot:
+    """A closed copy of the store at one size, with the clock and keys it ended at."""
+
+    def __init__(self, root: Path, entries: int, now: float, recent: list[bytes], load_s: float) -> None:
+        self.root, self.entries, self.now, self.recent, self.load_s = root, entries, now, recent, load_s
+        self.samples: dict[str, list[float]] = {}
+
+
+def build(tmp: Path, points: list[int], largest_seconds: float, partitions: int, quiet: bool) -> list[Snapshot]:
+    """Load one store through every point, copying it aside at each (closed, synced)."""
     clock = Clock()
     keys = Keys(seed=1)
+    root = tmp / "loading"
+    store = DedupStore.open(root, clock=clock, durability=LOAD_DURABILITY, partitions=partitions, eviction_rate=0)
+    store.ensure_namespace(NS, horizon="12h")
+    loaded = 0
+    recent: list[bytes] = []
+    snaps = []
+    targets = [(p, None) for p in points] + ([(None, largest_seconds)] if largest_seconds > 0 else [])
+    for target, seconds in targets:
+        t0 = time.perf_counter()
+        if target is not None:
+            recent = load(store, clock, keys, target - loaded) or recent
+            loaded = target
+        else:
+            deadline = t0 + seconds
+            while time.perf_counter() < deadline:
+                recent = load(store, clock, keys, 100_000)
+                loaded += 100_000
+        load_s = time.perf_counter() - t0
+        store.close()
+        fsync_files(root)
+        snap = tmp / f"at-{loaded}"
+        shutil.copytree(root, snap)
+        fsync_files(snap)
+        snaps.append(Snapshot(snap, loaded, clock.now, recent, load_s))
+        if not quiet:
+            print(f"loaded {loaded:,} entries ({load_s:.0f} s)", file=sys.stderr, flush=True)
+        store = DedupStore.open(root, clock=clock, durability=LOAD_DURABILITY, eviction_rate=0)
+    store.close()
+    shutil.rmtree(root)
+    return snaps
+
+
+def run(
+    points: list[int], largest_seconds: float, durability: str, partitions: int, rounds: int, quiet: bool
+) -> list[dict]:
+    """Build the snapshots, then measure them in interleaved rounds (each round
+    visits every size, in rotating order), so that a busy spell on a shared
+    machine lands on all sizes alike instead of on whichever was measured then."""
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
-        root = Path(tmp) / "s"
-        store = DedupStore.open(root, clock=clock, durability=LOAD_DURABILITY, partitions=partitions, eviction_rate=0)
-        store.ensure_namespace(NS, horizon="12h")
-        loaded = 0
-        recent: list[bytes] = []
-        targets = [(p, None) for p in points] + ([(None, largest_seconds)] if largest_seconds > 0 else [])
-        for target, seconds in targets:
-            t0 = time.perf_counter()
-            if target is not None:
-                recent = load(store, clock, keys, target - loaded) or recent
-                loaded = target
-            else:
-                deadline = t0 + seconds
-                while time.perf_counter() < deadline:
-                    recent = load(store, clock, keys, 100_000)
-                    loaded += 100_000
-            load_s = time.perf_counter() - t0
-            store.close()
-            for f in root.rglob("data.mdb"):  # what the load left in the page cache, made durable
-                fd = os.open(f, os.O_RDONLY)
-                os.fsync(fd)
-                os.close(fd)
-            row: dict[str, Any] = {"entries": loaded, "load_seconds": round(load_s, 1)}
-            with DedupStore.open(root, clock=clock, durability=durability, eviction_rate=0) as store:
-                row.update(measure(store, keys, recent))
-            row.update(disk_figures(root))
+        snaps = build(Path(tmp), points, largest_seconds, partitions, quiet)
+        keys = Keys(seed=2)
+        for r in range(rounds):
+            order = snaps[r % len(snaps):] + snaps[: r % len(snaps)]
+            for snap in order:
+                clock = Clock()
+                clock.now = snap.now + 1.0  # its own stream time: the same generation it was loaded in
+                with DedupStore.open(snap.root, clock=clock, durability=durability, eviction_rate=0) as store:
+                    for name, xs in measure(store, keys, snap.recent, SAMPLES // rounds).items():
+                        snap.samples.setdefault(name, []).extend(xs)
+            if not quiet:
+                print(f"round {r + 1}/{rounds} measured", file=sys.stderr, flush=True)
+        out: list[dict] = []
+        for snap in snaps:
+            m = snap.samples
+            row: dict[str, Any] = {
+                "entries": snap.entries,
+                "load_seconds": round(snap.load_s, 1),
+                "claim_new_us_p50": statistics.median(m["claim_new"]),
+                "claim_new_us_p99": pct(m["claim_new"], 0.99),
+                "claim_new_cpu_us_p50": statistics.median(m["claim_new_cpu"]),
+                "claim_many_us_per_key": statistics.median(m["claim_many"]),
+                "claim_many_cpu_us_per_key": statistics.median(m["claim_many_cpu"]),
+                "duplicate_us_p50": statistics.median(m["duplicate"]),
+                "duplicate_cpu_us_p50": statistics.median(m["duplicate_cpu"]),
+            }
+            row.update(disk_figures(snap.root))
             row["bytes_per_entry"] = row["bytes_used"] / row["records"]
             row["live_bytes_per_entry"] = row["live_bytes"] / row["records"]
-            row.update(cold(root, clock, keys, recent, durability))
-            store = DedupStore.open(root, clock=clock, durability=LOAD_DURABILITY, eviction_rate=0)
+            clock = Clock()
+            clock.now = snap.now + 2.0
+            row.update(cold(snap.root, clock, keys, snap.recent, durability))
             out.append(row)
             if not quiet:
                 print(json.dumps(row), file=sys.stderr, flush=True)
-        store.close()
+            shutil.rmtree(snap.root)
     return out
 
 
@@ -223,10 +279,11 @@ def main() -> None:
                     help="after the last point, load for this long and measure again (0: skip)")
     ap.add_argument("--durability", default="flush", choices=["sync", "flush"])
     ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved measurement rounds over the sizes")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     points = [int(float(p)) for p in args.points.split(",") if p]
-    rows = run(points, args.largest_seconds, args.durability, args.partitions, quiet=args.json)
+    rows = run(points, args.largest_seconds, args.durability, args.partitions, args.rounds, quiet=args.json)
     if args.json:
         print(json.dumps(rows, indent=2))
         return
