@@ -6,12 +6,12 @@ with ``complete_many``, 10,000 a batch, while an injected clock advances at
 18,000 events/s (so 10M entries are 9.3 minutes of stream, one generation of a
 12-hour horizon: the hard case, where the newest generation is the whole
 store). Each point is a copy of the store as it was then; the copies are
-measured in interleaved rounds, so the machine's busy spells fall on every
-size alike. Loading runs without fsync (a bench-only durability, LMDB's
-``sync=False``; the kernel coalesces the writes), or it would take most of an
-hour on a disk that fsyncs ~10,000 random pages a second; every measurement
-reopens the store in the real ``--durability``. At each point it measures, on
-the open store (warm cache):
+open side by side and measured in interleaved rounds (after one warm-up
+round), so the machine's busy spells fall on every size alike. Loading runs
+without fsync (a bench-only durability, LMDB's ``sync=False``; the kernel
+coalesces the writes), or it would take most of an hour on a disk that fsyncs
+~10,000 random pages a second; every measurement reopens the store in the real
+``--durability``. At each point it measures, on the open store (warm cache):
 
 - ``claim()`` of a new key: wall and CPU microseconds per claim (median, p99);
 - ``claim_many(1000)`` of new keys: wall and CPU microseconds per key;
@@ -235,16 +235,28 @@ def run(
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
         snaps = build(Path(tmp), points, largest_seconds, partitions, quiet)
         keys = Keys(seed=2)
-        for r in range(rounds):
-            order = snaps[r % len(snaps):] + snaps[: r % len(snaps)]
-            for snap in order:
-                clock = Clock()
-                clock.now = snap.now + 1.0  # its own stream time: the same generation it was loaded in
-                with DedupStore.open(snap.root, clock=clock, durability=durability, eviction_rate=0) as store:
-                    for name, xs in measure(store, keys, snap.recent, SAMPLES // rounds).items():
-                        snap.samples.setdefault(name, []).extend(xs)
-            if not quiet:
-                print(f"round {r + 1}/{rounds} measured", file=sys.stderr, flush=True)
+        # All sizes open at once, as a long-running consumer has its store
+        # open: pages stay mapped between rounds. Round 0 warms up and is
+        # not counted (it would time first touches after open).
+        stores = []
+        for snap in snaps:
+            clock = Clock()
+            clock.now = snap.now + 1.0  # its own stream time: the same generation it was loaded in
+            stores.append(DedupStore.open(snap.root, clock=clock, durability=durability, eviction_rate=0))
+        try:
+            for r in range(rounds + 1):
+                pairs = list(zip(snaps, stores, strict=True))
+                for snap, store in pairs[r % len(pairs):] + pairs[: r % len(pairs)]:
+                    got = measure(store, keys, snap.recent, SAMPLES // rounds)
+                    if r:
+                        for name, xs in got.items():
+                            snap.samples.setdefault(name, []).extend(xs)
+                if not quiet:
+                    print(f"round {r}/{rounds} measured" + (" (warm-up)" if r == 0 else ""), file=sys.stderr,
+                          flush=True)
+        finally:
+            for store in stores:
+                store.close()
         out: list[dict] = []
         for snap in snaps:
             m = snap.samples
