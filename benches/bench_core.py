@@ -516,29 +516,29 @@ def bench_single(
 # --------------------------------------------------------------- (c) batch
 
 
-def bench_batch(ws: Workspace, rng: random.Random, p: dict[str, int], durability: str, value: bytes) -> dict[str, Any]:
-    dp = f"ours-p{DEFAULT_PARTITIONS}"
-    names = [dp, "ours-p1", "raw", "raw-2db"]
-    runs: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
-    size, nb, warm = p["batch"], p["batches"], 1
-    for _ in range(p["reps"]):
+def many_runs(
+    rng: random.Random, reps: int, size: int, nb: int, sides_of: dict[str, Callable[[], Any]]
+) -> dict[str, dict[str, Any]]:
+    """``claim_many`` of ``size``-key batches on every side, interleaved: per
+    rep, fresh sides (each opened by its ``sides_of`` entry), one untimed warm-up batch (it also starts dedupstore's
+    commit thread pool) and ``nb`` timed ones. Returns per-side figures."""
+    warm = 1
+    runs: dict[str, list[tuple[float, float]]] = {}
+    for _ in range(reps):
         sides: dict[str, Any] = {}
         try:
-            sides[dp] = OursSide(ws, durability, None)
-            sides["ours-p1"] = OursSide(ws, durability, 1)
-            sides["raw"] = RawSide(ws, durability, value, False)
-            sides["raw-2db"] = RawSide(ws, durability, value, True)
-            # the first (untimed) batch also starts dedupstore's commit thread pool
-            keys = {n: make_keys(rng, (warm + nb) * size) for n in names}
-            work = [{n: keys[n][i * size : (i + 1) * size] for n in names} for i in range(warm + nb)]
+            for name, open_side in sides_of.items():
+                sides[name] = open_side()
+            keys = {n: make_keys(rng, (warm + nb) * size) for n in sides}
+            work = [{n: keys[n][i * size : (i + 1) * size] for n in sides} for i in range(warm + nb)]
             got = interleaved(sides, work, warm, "many")
-            for n in names:
+            for n in sides:
                 sides[n].check((warm + nb) * size)
-                runs[n].append((got[n][0] / (nb * size) * 1e6, got[n][1] / (nb * size) * 1e6))
+                runs.setdefault(n, []).append((got[n][0] / (nb * size) * 1e6, got[n][1] / (nb * size) * 1e6))
         finally:
             for side in sides.values():
                 side.close()
-    out: dict[str, Any] = {"durability": durability, "batch": size, "batches_per_rep": nb, "reps": p["reps"]}
+    out: dict[str, dict[str, Any]] = {}
     for who, rs in runs.items():
         walls = [r[0] for r in rs]
         us = med(walls)
@@ -549,6 +549,24 @@ def bench_batch(ws: Workspace, rng: random.Random, p: dict[str, int], durability
             "cpu_us_per_key": med([r[1] for r in rs]),
             "all": walls,
         }
+    return out
+
+
+def bench_batch(ws: Workspace, rng: random.Random, p: dict[str, int], durability: str, value: bytes) -> dict[str, Any]:
+    dp = f"ours-p{DEFAULT_PARTITIONS}"
+    size, nb = p["batch"], p["batches"]
+    out: dict[str, Any] = {"durability": durability, "batch": size, "batches_per_rep": nb, "reps": p["reps"]}
+    out.update(
+        many_runs(
+            rng, p["reps"], size, nb,
+            {
+                dp: lambda: OursSide(ws, durability, None),
+                "ours-p1": lambda: OursSide(ws, durability, 1),
+                "raw": lambda: RawSide(ws, durability, value, False),
+                "raw-2db": lambda: RawSide(ws, durability, value, True),
+            },
+        )
+    )
     raw = out["raw"]["keys_per_s"]
     out["ratio"] = out[dp]["keys_per_s"] / raw
     out["ratio_p1"] = out["ours-p1"]["keys_per_s"] / raw
@@ -567,24 +585,8 @@ def bench_aged(ws: Workspace, rng: random.Random, p: dict[str, int], value: byte
     number of live generations an absent key is probed in (the fresh stores
     of (a)-(e) have one)."""
     dp = f"ours-p{DEFAULT_PARTITIONS}"
-    names = [f"{dp}-age0", f"{dp}-age12h", "raw"]
-    runs: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
-    size, nb, warm = p["batch"], max(2, p["batches"] // 2), 1
-    for _ in range(p["reps"]):
-        sides: dict[str, Any] = {}
-        try:
-            sides[names[0]] = OursSide(ws, "flush", None)
-            sides[names[1]] = OursSide(ws, "flush", None, age_s=HORIZON_S)
-            sides["raw"] = RawSide(ws, "flush", value, False)
-            keys = {n: make_keys(rng, (warm + nb) * size) for n in names}
-            work = [{n: keys[n][i * size : (i + 1) * size] for n in names} for i in range(warm + nb)]
-            got = interleaved(sides, work, warm, "many")
-            for n in names:
-                sides[n].check((warm + nb) * size)
-                runs[n].append((got[n][0] / (nb * size) * 1e6, got[n][1] / (nb * size) * 1e6))
-        finally:
-            for side in sides.values():
-                side.close()
+    names = [f"{dp}-age0", f"{dp}-age12h"]
+    size, nb = p["batch"], max(2, p["batches"] // 2)
     out: dict[str, Any] = {
         "durability": "flush",
         "batch": size,
@@ -592,16 +594,16 @@ def bench_aged(ws: Workspace, rng: random.Random, p: dict[str, int], value: byte
         "reps": p["reps"],
         "horizon_s": HORIZON_S,
     }
-    for who, rs in runs.items():
-        walls = [r[0] for r in rs]
-        us = med(walls)
-        out[who] = {
-            "us_per_key": us,
-            "keys_per_s": 1e6 / us,
-            "min_max": spread(walls),
-            "cpu_us_per_key": med([r[1] for r in rs]),
-            "all": walls,
-        }
+    out.update(
+        many_runs(
+            rng, p["reps"], size, nb,
+            {
+                names[0]: lambda: OursSide(ws, "flush", None),
+                names[1]: lambda: OursSide(ws, "flush", None, age_s=HORIZON_S),
+                "raw": lambda: RawSide(ws, "flush", value, False),
+            },
+        )
+    )
     out["ratio_age0"] = out[names[0]]["keys_per_s"] / out["raw"]["keys_per_s"]
     out["ratio_age12h"] = out[names[1]]["keys_per_s"] / out["raw"]["keys_per_s"]
     return out

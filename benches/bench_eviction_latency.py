@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_scale import LOAD_DURABILITY, Keys, load, pct
+from bench_scale import LOAD_DURABILITY, Keys, fsync_files, load, pct
 
 from dedupstore import DedupStore
 from dedupstore.store import DEFAULT_EVICTION_RATE
@@ -60,10 +60,7 @@ def run(evict: bool, rate: float, seconds: float, backlog: int, durability: str)
             clock.offset = -2 * HORIZON_S - 900  # the namespace and its backlog date from two horizons ago
             store.ensure_namespace(NS, horizon=HORIZON_S)
             load(store, clock, keys, backlog)
-        for f in root.rglob("data.mdb"):
-            fd = os.open(f, os.O_RDONLY)
-            os.fsync(fd)
-            os.close(fd)
+        fsync_files(root)
         clock.offset = 0.0
         rate_arg = DEFAULT_EVICTION_RATE if evict else 0
         with DedupStore.open(root, clock=clock, durability=durability, eviction_rate=rate_arg) as store:

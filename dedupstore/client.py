@@ -269,6 +269,12 @@ class _Settings:
             *options,
         ]
 
+    def channel(self, module: Any) -> Any:
+        """A channel to the target from ``module`` (``grpc`` or ``grpc.aio``)."""
+        if self.credentials is None:
+            return module.insecure_channel(self.target, options=self.options)
+        return module.secure_channel(self.target, self.credentials, options=self.options)
+
     def backoff(self, attempt: int) -> float:
         return min(1.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.0)
 
@@ -302,10 +308,7 @@ class DedupClient:
         options: Sequence[tuple[str, Any]] = (),
     ) -> None:
         self._s = _Settings(target, token, tls, timeout, retries, options)
-        if self._s.credentials is None:
-            self._channel = grpc.insecure_channel(target, options=self._s.options)
-        else:
-            self._channel = grpc.secure_channel(target, self._s.credentials, options=self._s.options)
+        self._channel = self._s.channel(grpc)
         self._stub = pb_grpc.DedupStoreStub(self._channel)
 
     def _send(self, call: _Call) -> Any:
@@ -416,10 +419,7 @@ class AsyncDedupClient:
         options: Sequence[tuple[str, Any]] = (),
     ) -> None:
         self._s = _Settings(target, token, tls, timeout, retries, options)
-        if self._s.credentials is None:
-            self._channel = grpc.aio.insecure_channel(target, options=self._s.options)
-        else:
-            self._channel = grpc.aio.secure_channel(target, self._s.credentials, options=self._s.options)
+        self._channel = self._s.channel(grpc.aio)
         self._stub = pb_grpc.DedupStoreStub(self._channel)
 
     async def _send(self, call: _Call) -> Any:
