@@ -406,8 +406,12 @@ class Server:
         if self._stopped:
             return
         self._stopped = True
+        # Stop taking calls first, then say NOT_SERVING: a client that sees
+        # NOT_SERVING must find new calls refused (the other order left a
+        # window in which a call sent after NOT_SERVING was still accepted).
+        stopped = self._server.stop(grace)
         self.health.enter_graceful_shutdown()
-        self._server.stop(grace).wait()
+        stopped.wait()
         self._pool.shutdown(wait=True)
         if self.metrics is not None:
             self.metrics.stop()
