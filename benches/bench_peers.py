@@ -67,6 +67,10 @@ from dedupstore import DedupStore, Status
 from dedupstore.layout import DEFAULT_MAP_SIZE, DURABILITY
 from dedupstore.loadgen import LoadConfig, make_stream
 
+#: Raw LMDB per mode, as in bench_core.py: flush is LMDB without any fsync per
+#: commit (and without dedupstore's checkpoints: not crash-safe).
+RAW_DURABILITY = {"sync": {"sync": True, "metasync": True}, "flush": {"sync": False, "metasync": False}}
+
 NS = "bench.peers"
 EXPIRE_S = 43_200  # the reference 12 h horizon, for the peers that expire keys
 TARGETS = {"redis": 40.0, "diskcache": 20.0}
@@ -109,10 +113,10 @@ class RawLmdb(Side):
     def __init__(self, root: str, durability: str) -> None:
         self.env = lmdb.open(
             os.path.join(root, "lmdb"), map_size=DEFAULT_MAP_SIZE, readahead=False, writemap=False,
-            map_async=False, **DURABILITY[durability],
+            map_async=False, **RAW_DURABILITY[durability],
         )
         self.note = "put(overwrite=False), {}".format(
-            ", ".join(f"{k}={v}" for k, v in DURABILITY[durability].items())
+            ", ".join(f"{k}={v}" for k, v in RAW_DURABILITY[durability].items())
         )
 
     @staticmethod

@@ -2,10 +2,10 @@
 
 A thread that finds no commit in flight becomes the leader: it takes every
 operation queued so far, runs them in one LMDB write transaction, commits once
-(py-lmdb releases the GIL for the commit's fsync, so others keep queueing) and
-then hands leadership to the first waiter that arrived meanwhile. With one
-caller this is exactly one transaction per call; with eight, one fsync serves
-up to eight claims.
+and, in sync mode, checkpoints (dedupstore/checkpoint.py; the fsyncs run
+with the GIL released, so others keep queueing), then hands leadership to the
+first waiter that arrived meanwhile. With one caller this is exactly one
+transaction per call; with eight, one checkpoint serves up to eight claims.
 
 A leader lingers: when the last commit carried more operations than are
 queued now, the callers it released are probably about to queue again, so the
@@ -48,9 +48,14 @@ class _Waiter:
 class GroupCommitter:
     """Serialises and batches the write transactions of one LMDB environment."""
 
-    def __init__(self, env: lmdb.Environment, describe: str) -> None:
+    def __init__(
+        self, env: lmdb.Environment, describe: str, after_commit: Callable[[], Any] | None = None
+    ) -> None:
         self._env = env
         self._describe = describe
+        #: Runs after each commit, before its callers are released (sync
+        #: mode's checkpoint); if it raises, every caller gets the error.
+        self._after_commit = after_commit
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
         self._queue: list[_Waiter] = []
@@ -125,6 +130,8 @@ class GroupCommitter:
             except BaseException:
                 txn.abort()
                 raise
+            if self._after_commit is not None:
+                self._after_commit()
         except lmdb.MapFullError:
             full = StoreFullError(
                 f"{self._describe} reached its map size ({self._env.info()['map_size']:,} bytes); "

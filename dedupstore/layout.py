@@ -34,15 +34,13 @@ FORMAT_KEY = b"format"
 NS_KEY = b"ns/"  # + name -> namespace config JSON
 NSID_KEY = b"nsid/"  # + 2-byte id -> name
 
-DURABILITY = {
-    # mode: py-lmdb flags. Neither uses writemap or async flushing, so no crash
-    # can leave a half-written tree: LMDB's copy-on-write pages plus a synced
-    # data file make every committed snapshot self-consistent.
-    "sync": {"sync": True, "metasync": True},
-    # The meta page write is not fsynced: an OS crash may roll back the last
-    # commit(s), never tear one. Everything is durable after store.flush().
-    "flush": {"sync": True, "metasync": False},
-}
+#: The durability modes (docs/guarantees.md). Both open partitions the same
+#: way (``MDB_NOSYNC``, no write map, no asynchronous flushing: a commit
+#: writes its pages with ``write()`` and returns) and differ in when a
+#: checkpoint (dedupstore/checkpoint.py) makes commits durable: ``sync`` after
+#: every group commit, before its callers return; ``flush`` on
+#: ``store.flush()``, every ``flush_interval`` and at close.
+DURABILITY = ("sync", "flush")
 
 
 @dataclass(frozen=True)
@@ -83,7 +81,10 @@ def parse_format(raw: bytes, where: str) -> dict[str, Any]:
     return data
 
 
-def open_env(path: Path, *, map_size: int, durability: str, max_dbs: int) -> lmdb.Environment:
+def open_env(path: Path, *, map_size: int, max_dbs: int, synced: bool) -> lmdb.Environment:
+    """Open one LMDB environment of the store. ``synced``: LMDB fsyncs every
+    commit itself (the meta environment); otherwise commits are made durable
+    by checkpoints (partitions)."""
     try:
         env = lmdb.open(
             str(path),
@@ -94,7 +95,8 @@ def open_env(path: Path, *, map_size: int, durability: str, max_dbs: int) -> lmd
             readahead=False,  # random access: read-ahead only evicts useful pages
             writemap=False,
             map_async=False,
-            **DURABILITY[durability],
+            sync=synced,
+            metasync=synced,
         )
     except lmdb.InvalidError as exc:
         raise StoreFormatError(f"{path} is not a valid LMDB environment (corrupt or foreign): {exc}") from None
@@ -185,7 +187,7 @@ def open_meta(root: Path, *, create: bool, partitions: int | None, now: float) -
                 f"{root} is not empty and is not a dedupstore store (no meta/); refusing to write into it"
             )
         meta_dir.mkdir(parents=True, exist_ok=True)
-    env = open_env(meta_dir, map_size=META_MAP_SIZE, durability="sync", max_dbs=0)
+    env = open_env(meta_dir, map_size=META_MAP_SIZE, max_dbs=0, synced=True)
     try:
         with env.begin(write=create) as txn:
             raw = txn.get(FORMAT_KEY)

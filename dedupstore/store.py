@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import lmdb
 
 from . import _native, effects
+from .checkpoint import Checkpointer, CheckpointFile, recover
 from .commit import GroupCommitter
 from .errors import (
     ForkedStoreError,
@@ -76,6 +77,10 @@ MAX_TOKEN = (1 << 63) - 1
 DEFAULT_EVICTION_RATE = 50_000.0
 DEFAULT_EVICTION_BATCH = 500
 MAX_EVICTION_RATE = 10_000_000.0
+#: flush mode: a background checkpoint at least this often (seconds).
+DEFAULT_FLUSH_INTERVAL = 1.0
+MIN_FLUSH_INTERVAL_S = 0.001
+MAX_FLUSH_INTERVAL_S = 3600.0
 MAX_EVICTION_BATCH = 100_000
 #: Target false-positive rate of each generation's filter.
 BLOOM_FP_RATE = 0.01
@@ -156,26 +161,56 @@ class _Partition:
             # it has already seen.
             raise StoreFormatError(f"{path} is missing: this store's partition {index} is gone; refusing to open")
         self.index = index
-        self.env = open_env(path, map_size=map_size, durability=durability, max_dbs=4)
+        self.ckpt = CheckpointFile(path)
         try:
-            self.records = self.env.open_db(b"records")
-            self.pending = self.env.open_db(b"pending")
-            self.meta = self.env.open_db(b"meta")
-            with self.env.begin(write=True) as txn:
-                raw = txn.get(FORMAT_KEY, db=self.meta)
-                if raw is None:
-                    txn.put(FORMAT_KEY, partition_format(info, index), db=self.meta)
-                else:
-                    check_partition_format(raw, info, index, path)
-        except lmdb.Error as exc:
-            self.env.close()
-            raise StoreFormatError(f"{path} is not a valid dedupstore partition: {exc}") from None
+            # Under the checkpoint file's lock: the first opener after a
+            # restart rolls back to the recorded checkpoint and records this
+            # boot before anyone else can open the environment and write.
+            with self.ckpt.locked():
+                self.recovered_to = recover(path, self.ckpt)
+                if self.recovered_to is not None:
+                    log.warning(
+                        "dedupstore: %s: the machine restarted since this partition's last checkpoint; rolled "
+                        "back to it (txn %d): writes after it were never made durable", path, self.recovered_to,
+                    )
+                self.env = open_env(path, map_size=map_size, max_dbs=4, synced=False)
+                try:
+                    self.records = self.env.open_db(b"records")
+                    self.pending = self.env.open_db(b"pending")
+                    self.meta = self.env.open_db(b"meta")
+                    with self.env.begin(write=True) as txn:
+                        raw = txn.get(FORMAT_KEY, db=self.meta)
+                        if raw is None:
+                            txn.put(FORMAT_KEY, partition_format(info, index), db=self.meta)
+                        else:
+                            check_partition_format(raw, info, index, path)
+                    self.checkpointer = Checkpointer(self.env, path, self.ckpt)
+                    self.checkpointer.checkpoint(locked=True)
+                except lmdb.Error as exc:
+                    self.env.close()
+                    raise StoreFormatError(f"{path} is not a valid dedupstore partition: {exc}") from None
+                except BaseException:
+                    self.env.close()
+                    raise
         except BaseException:
-            self.env.close()
+            self.ckpt.close()
             raise
-        self.committer = GroupCommitter(self.env, f"partition {index} ({path})")
+        # sync: every group commit is checkpointed before its callers return.
+        self.committer = GroupCommitter(
+            self.env, f"partition {index} ({path})",
+            after_commit=self.checkpointer.checkpoint if durability == "sync" else None,
+        )
         self.spaces: dict[int, _native.Space] = {}
         self.hasher = hasher
+
+    def close(self) -> None:
+        """Checkpoint, drop the pin and close the environment."""
+        try:
+            self.checkpointer.checkpoint()
+        finally:
+            self.checkpointer.release()
+            self.env.close()
+            self.ckpt.close()
 
     def space(self, ns: NamespaceConfig) -> _native.Space:
         sp = self.spaces.get(ns.id)
@@ -230,6 +265,7 @@ class DedupStore:
         map_size: int = DEFAULT_MAP_SIZE,
         eviction_rate: float = DEFAULT_EVICTION_RATE,
         eviction_batch: int = DEFAULT_EVICTION_BATCH,
+        flush_interval: float | str = DEFAULT_FLUSH_INTERVAL,
     ) -> DedupStore:
         """Open (or create) the store at ``path``.
 
@@ -239,7 +275,10 @@ class DedupStore:
         ``map_size`` is the most bytes one partition's file may grow to;
         ``eviction_rate`` (entries per second; 0 turns the background thread
         off, leaving eviction to :meth:`evict`) and ``eviction_batch`` (entries
-        per transaction) bound how fast records past their horizon are removed.
+        per transaction) bound how fast records past their horizon are removed;
+        ``flush_interval`` (``flush`` mode only; seconds or a duration string)
+        is how often a background thread makes every write durable, so the
+        most an OS crash can take (docs/guarantees.md).
         """
         if durability not in DURABILITY:
             raise InvalidInputError(f"durability must be one of {sorted(DURABILITY)}; got {durability!r}")
@@ -260,6 +299,9 @@ class DedupStore:
                 f"eviction_batch must be an int in 1..{MAX_EVICTION_BATCH} entries per transaction; "
                 f"got {eviction_batch!r}"
             )
+        interval = parse_duration(
+            flush_interval, what="flush_interval", minimum=MIN_FLUSH_INTERVAL_S, maximum=MAX_FLUSH_INTERVAL_S
+        )
         clock = clock or time.time
         root = Path(path)
         if create:
@@ -279,6 +321,7 @@ class DedupStore:
         try:
             self._init(root, ident, partitions, durability, bloom, clock, map_size)
             self._start_evictor(float(eviction_rate), eviction_batch)
+            self._start_flusher(interval)
         except BaseException:
             with _open_lock:
                 _open_stores.pop(ident, None)
@@ -303,7 +346,7 @@ class DedupStore:
                 self._parts.append(_Partition(root, i, self._info, durability, map_size, self._hasher))
         except BaseException:
             for p in self._parts:
-                p.env.close()
+                p.close()
             self._meta.close()
             raise
         self._nparts = len(self._parts)
@@ -317,6 +360,7 @@ class DedupStore:
         self._pool: ThreadPoolExecutor | None = None
         self._evict_batch = DEFAULT_EVICTION_BATCH
         self._evictor: threading.Thread | None = None
+        self._flusher: threading.Thread | None = None
         self._stop = threading.Event()
         self._pid = os.getpid()
         _live.add(self)
@@ -360,27 +404,67 @@ class DedupStore:
             return
         forked = self._dead == "forked"
         self._stop.set()
-        if self._evictor is not None and not forked and self._evictor is not threading.current_thread():
-            self._evictor.join()
+        for thread in (self._evictor, self._flusher):
+            if thread is not None and not forked and thread is not threading.current_thread():
+                thread.join()
         self._dead = "closed"
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+        errors = []
         if not forked:
             # Closing LMDB in a forked child would release the parent's locks.
             for p in self._parts:
-                p.env.close()
+                try:
+                    p.close()  # a last checkpoint: everything returned so far is durable
+                except Exception as exc:
+                    errors.append(exc)
             self._meta.close()
         with _open_lock:
             ref = _open_stores.get(self._ident)
             if ref is not None and ref() is self:
                 del _open_stores[self._ident]
         _live.discard(self)
+        if errors:
+            raise errors[0]
 
     def flush(self) -> None:
-        """Make every write returned so far durable (fsync of every partition)."""
+        """Make every write returned so far durable: a checkpoint of every
+        partition (docs/guarantees.md). In ``flush`` mode a background thread
+        also does this every ``flush_interval``; in ``sync`` mode every write
+        is durable when it returns already."""
         self._check()
-        for p in self._parts:
-            p.env.sync(True)
+        self._checkpoint_all()
+
+    def _checkpoint_all(self) -> None:
+        parts = self._parts
+        if len(parts) == 1:
+            parts[0].checkpointer.checkpoint()
+        else:
+            # Each partition's checkpoint waits on its own fsyncs with the GIL
+            # released; running them side by side overlaps those waits.
+            for fut in [self._executor().submit(p.checkpointer.checkpoint) for p in parts]:
+                fut.result()
+
+    def _start_flusher(self, interval: float) -> None:
+        if self._durability != "flush":
+            return
+        self._flusher = threading.Thread(
+            target=self._flush_every, args=(interval,), name=f"dedupstore-flush:{self._root}", daemon=True
+        )
+        self._flusher.start()
+
+    def _flush_every(self, interval: float) -> None:
+        # Bounds what an OS crash can take in flush mode, and how long a pin
+        # keeps LMDB from reusing freed pages (so how far the file can grow).
+        while not self._stop.wait(interval):
+            try:
+                for p in self._parts:
+                    if p.env.info()["last_txnid"] != p.checkpointer.durable_txnid:
+                        p.checkpointer.checkpoint()
+            except Exception:
+                if self._dead is not None:
+                    return
+                log.exception("dedupstore: background checkpoint failed; retrying in %.3g s", interval)
 
     def now(self) -> float:
         """The store clock, in seconds since the epoch."""

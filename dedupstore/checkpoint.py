@@ -1,0 +1,261 @@
+"""Checkpoints: what makes a partition's commits durable without an fsync each.
+
+Partitions are LMDB environments opened with ``MDB_NOSYNC``: a commit writes
+its pages and its meta page with ``write()`` and returns. A killed process
+loses nothing (the kernel has every page), but after an operating-system crash
+the disk holds some unknown subset of the writes since the last fsync, so the
+newest meta page may name pages that never reached the disk. A checkpoint
+makes one committed snapshot recoverable, whatever the crash:
+
+1. **Pin.** A read transaction is begun at the newest committed snapshot T
+   while the writer lock is held, and kept open until the next checkpoint.
+   LMDB never reuses a page that a live reader's snapshot can reach, so from
+   now on no write touches a page of T (or of any later snapshot).
+2. **Copy the meta.** T's meta page (136 bytes: the roots of the free list
+   and the main database, the last page number and T) is read while the
+   writer lock is still held, so no commit can be rewriting it.
+3. **Sync the data file** (``fdatasync``): every page of T is on disk.
+4. **Record** T and its meta page in ``<partition>/checkpoint``, with the
+   machine's boot id, and fsync that file. Records only move forward (a
+   checkpoint older than the recorded one is not written).
+
+At open, if the recorded boot id is not this boot's, the machine has
+restarted since the last checkpoint, and anything the newest meta page names
+beyond T may be missing: both meta pages are overwritten with T's, which
+rolls the partition back to exactly the recorded snapshot, whose pages the pin
+kept untouched. In the same boot nothing is rolled back: the page cache holds
+every commit. ``sync`` mode checkpoints after every group commit, before the
+callers return; ``flush`` mode on ``store.flush()``, at ``flush_interval``
+and at close. docs/format.md describes the file and docs/guarantees.md what it
+promises.
+
+Several processes share a partition: every process pins its own last
+checkpoint, and since records only move forward every live pin is at or
+before the recorded snapshot, which therefore stays intact while any writer
+lives. Stale reader slots of dead processes are cleared only just after a
+checkpoint, when this process's own pin already protects the record.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+import threading
+import time
+import uuid
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lmdb
+
+from .errors import StoreFormatError
+
+CHECKPOINT_FILE = "checkpoint"
+MAGIC = b"DSCKPT\x00\x01"
+SLOT_SIZE = 256
+#: LMDB 0.9's MDB_meta on a 64-bit build: bytes 16..152 of meta pages 0 and 1.
+META_AT = 16
+META_LEN = 136
+_META_MAGIC = 0xBEEFC0DE
+_META_TXNID = 144 - META_AT  # txn id's offset inside MDB_meta
+# magic, seq, txnid, boot id, page size, meta length; then the meta, then crc32
+_HEAD = struct.Struct("<8sQQ16sII")
+_CRC_AT = _HEAD.size + META_LEN
+#: Dead processes' reader slots (and so their pins) are cleared at most this often.
+READER_CHECK_S = 1.0
+
+
+def boot_id() -> bytes:
+    """This boot's id (Linux: a random UUID drawn at every boot)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return uuid.UUID(f.read().strip()).bytes
+    except (OSError, ValueError) as exc:
+        raise StoreFormatError(
+            f"cannot read this machine's boot id (/proc/sys/kernel/random/boot_id: {exc}); dedupstore needs "
+            f"it to tell a restart from a killed process"
+        ) from None
+
+
+@dataclass(frozen=True)
+class Record:
+    seq: int
+    txnid: int
+    boot: bytes
+    psize: int
+    meta: bytes
+
+    def pack(self) -> bytes:
+        body = _HEAD.pack(MAGIC, self.seq, self.txnid, self.boot, self.psize, len(self.meta)) + self.meta
+        return (body + struct.pack("<I", zlib.crc32(body))).ljust(SLOT_SIZE, b"\0")
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> Record | None:
+        """The record in one slot, or None if the slot is empty or torn."""
+        if len(raw) < _CRC_AT + 4:
+            return None
+        magic, seq, txnid, boot, psize, mlen = _HEAD.unpack_from(raw)
+        if magic != MAGIC or mlen != META_LEN:
+            return None
+        (crc,) = struct.unpack_from("<I", raw, _CRC_AT)
+        if zlib.crc32(raw[:_CRC_AT]) != crc:
+            return None
+        return cls(seq, txnid, boot, psize, raw[_HEAD.size : _CRC_AT])
+
+
+def meta_txnid(meta: bytes) -> int:
+    return int.from_bytes(meta[_META_TXNID : _META_TXNID + 8], "little")
+
+
+def read_metas(data: Path, psize: int) -> list[bytes]:
+    """The MDB_meta bytes of meta pages 0 and 1 of an LMDB data file."""
+    fd = os.open(data, os.O_RDONLY)
+    try:
+        return [os.pread(fd, META_LEN, i * psize + META_AT) for i in (0, 1)]
+    finally:
+        os.close(fd)
+
+
+class CheckpointFile:
+    """``<partition>/checkpoint``: two slots, written alternately, each whole
+    record checksummed, so a torn write leaves the previous record readable."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / CHECKPOINT_FILE
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Exclusive against this process's threads and other processes."""
+        with self._lock:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def read(self) -> Record | None:
+        """The newest intact record (caller holds the lock)."""
+        found = [Record.unpack(os.pread(self._fd, SLOT_SIZE, i * SLOT_SIZE)) for i in (0, 1)]
+        records = [r for r in found if r is not None]
+        return max(records, key=lambda r: r.seq) if records else None
+
+    def write(self, txnid: int, meta: bytes, psize: int) -> bool:
+        """Record snapshot ``txnid`` durably, unless a newer one is recorded
+        in this boot already (caller holds the lock). True if written."""
+        boot = boot_id()
+        last = self.read()
+        if last is not None and last.boot == boot and last.txnid >= txnid:
+            return False
+        seq = 0 if last is None else last.seq + 1
+        rec = Record(seq, txnid, boot, psize, meta)
+        os.pwrite(self._fd, rec.pack(), (seq % 2) * SLOT_SIZE)
+        os.fdatasync(self._fd)
+        return True
+
+
+def recover(directory: Path, ckpt: CheckpointFile) -> int | None:
+    """Roll a partition back to its recorded checkpoint if the machine has
+    restarted since (caller holds the lock, and the environment is not open
+    in this boot: whoever opens it first records this boot). Returns the txn
+    id rolled back to, or None when nothing needed doing."""
+    rec = ckpt.read()
+    data = directory / "data.mdb"
+    if rec is None or rec.boot == boot_id() or not data.exists():
+        return None
+    metas = read_metas(data, rec.psize)
+    for have in metas:
+        if int.from_bytes(have[:4], "little") != _META_MAGIC:
+            raise StoreFormatError(f"{data}: a meta page is not LMDB's (bad magic); refusing to recover into it")
+    if max(metas, key=meta_txnid) == rec.meta:
+        return None  # the disk holds exactly the recorded snapshot
+    fd = os.open(data, os.O_WRONLY)
+    try:
+        for i in (0, 1):
+            os.pwrite(fd, rec.meta, i * rec.psize + META_AT)
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+    return rec.txnid
+
+
+class Checkpointer:
+    """Pins, syncs and records one environment's snapshots."""
+
+    def __init__(self, env: lmdb.Environment, directory: Path, ckpt: CheckpointFile) -> None:
+        self._env = env
+        self._data = directory / "data.mdb"
+        self._ckpt = ckpt
+        self._psize = int(env.stat()["psize"])
+        self._pin: Any = None
+        self._lock = threading.Lock()
+        #: The newest snapshot this process made durable, and how many checkpoints it ran.
+        self.durable_txnid = 0
+        self.count = 0
+        self._next_reader_check = 0.0
+
+    def checkpoint(self, *, locked: bool = False) -> int:
+        """Make every commit so far durable; returns the snapshot's txn id.
+        ``locked``: the caller holds the checkpoint file's lock already."""
+        with self._lock:
+            pin, txnid, meta = self._pin_newest()
+            try:
+                self._env.sync(True)
+                if locked:
+                    self._ckpt.write(txnid, meta, self._psize)
+                else:
+                    with self._ckpt.locked():
+                        self._ckpt.write(txnid, meta, self._psize)
+            except BaseException:
+                pin.abort()
+                raise
+            old, self._pin = self._pin, pin
+            if old is not None:
+                old.abort()
+            self.durable_txnid = txnid
+            self.count += 1
+            now = time.monotonic()
+            if now >= self._next_reader_check:
+                # Safe now: this process's pin is at or before the recorded
+                # snapshot, so clearing dead processes' pins cannot expose it.
+                self._next_reader_check = now + READER_CHECK_S
+                self._env.reader_check()
+            return txnid
+
+    def _pin_newest(self) -> tuple[Any, int, bytes]:
+        while True:
+            pin = self._env.begin()
+            txnid = pin.id()
+            # The writer lock keeps every commit (and so every meta page
+            # write) out while the meta is read. The next write txn's id is
+            # txnid + 1 exactly when nothing committed since the pin began.
+            w = self._env.begin(write=True)
+            try:
+                if w.id() == txnid + 1:
+                    meta = read_metas(self._data, self._psize)[txnid % 2]
+                    if meta_txnid(meta) != txnid:
+                        raise StoreFormatError(
+                            f"{self._data}: meta page {txnid % 2} holds txn {meta_txnid(meta)}, not the "
+                            f"newest committed txn {txnid}; the file was changed outside LMDB"
+                        )
+                    return pin, txnid, meta
+            finally:
+                w.abort()
+            pin.abort()
+
+    def release(self) -> None:
+        with self._lock:
+            if self._pin is not None:
+                self._pin.abort()
+                self._pin = None

@@ -1,0 +1,212 @@
+"""Checkpoints (dedupstore/checkpoint.py): what survives an operating-system crash.
+
+A killed process loses nothing the kernel has (test_crash.py). An OS crash
+loses the page cache: the disk then holds everything up to the last fsync plus
+any subset of the pages written since, in any order. These tests build such
+disk images page by page from a live store (the file as it was at the last
+checkpoint, each later-written page taken or not at random), "restart the
+machine" (a different boot id) and open them: the store must come back as
+exactly the recorded checkpoint, which in sync mode holds every acknowledged
+write, and verify clean.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import uuid
+from pathlib import Path
+
+import pytest
+
+from dedupstore import DedupStore, RecordState, Status, checkpoint
+from dedupstore.checkpoint import SLOT_SIZE, CheckpointFile, Record
+from dedupstore.verify import verify_store
+
+NS = "orders"
+
+
+def _reboot(monkeypatch: pytest.MonkeyPatch) -> None:
+    other = uuid.uuid4().bytes
+    monkeypatch.setattr(checkpoint, "boot_id", lambda: other)
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    """Every partition's data file as the page cache holds it now."""
+    return {p.name: (p / "data.mdb").read_bytes() for p in sorted(root.glob("p[0-9][0-9][0-9]"))}
+
+
+def _crash_image(root: Path, durable: dict[str, bytes], dest: Path, rng: random.Random, psize: int = 4096) -> None:
+    """A disk after an OS crash: ``durable`` (what the last fsync left) with
+    each page written since replaced, or not, at random (``rng``)."""
+    shutil.copytree(root, dest, ignore=shutil.ignore_patterns("lock.mdb"))
+    for name, old in durable.items():
+        new = (root / name / "data.mdb").read_bytes()
+        out = bytearray()
+        for at in range(0, max(len(old), len(new)), psize):
+            o, n = old[at : at + psize], new[at : at + psize]
+            if o == n:
+                out += n
+            elif rng.random() < 0.5:
+                out += n if n else o
+            else:
+                out += o if o else bytes(len(n))  # a page never written back reads as zeros
+        (dest / name / "data.mdb").write_bytes(bytes(out))
+
+
+def _churn(store: DedupStore, keys: list[str], rng: random.Random, pending: dict[str, int]) -> None:
+    """Many small transactions, so that LMDB frees and would reuse pages:
+    claims of ``keys`` (most completed, the rest left in ``pending``), and
+    completion of what ``pending`` held before."""
+    old = dict(pending)
+    pending.clear()
+    for k in keys:
+        r = store.claim(NS, k, {"v": 1})
+        if r.status is Status.NEW:
+            if rng.random() < 0.8:
+                store.complete(NS, k, r.token, f"out-{k}".encode())
+            else:
+                pending[k] = r.token
+    for k, token in old.items():
+        store.complete(NS, k, token, b"late")
+
+
+def _state(store: DedupStore, keys: list[str]) -> dict[str, tuple[RecordState, bytes] | None]:
+    out: dict[str, tuple[RecordState, bytes] | None] = {}
+    for k in keys:
+        rec = store.lookup(NS, k)
+        out[k] = None if rec is None else (rec.state, rec.outcome)
+    return out
+
+
+@pytest.mark.parametrize("durability", ["sync", "flush"])
+def test_an_os_crash_image_comes_back_as_the_last_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str
+) -> None:
+    rng = random.Random(7)
+    root = tmp_path / "live"
+    acked = [f"a{i}" for i in range(600)]
+    # New keys, and repeats over old pages, written after the last checkpoint.
+    unsynced = [f"b{i}" for i in range(600)] + acked[:300]
+    store = DedupStore.open(root, durability=durability, partitions=2, eviction_rate=0, flush_interval=3600)
+    try:
+        store.ensure_namespace(NS, horizon="1h", lease="1h")
+        pending: dict[str, int] = {}
+        _churn(store, acked, rng, pending)
+        assert pending
+        if durability == "flush":
+            store.flush()
+        # sync mode: each call above returned after its checkpoint; what
+        # follows stands for calls whose commit was written but whose
+        # checkpoint the crash cut off (so they were never acknowledged).
+        for p in store._parts:  # noqa: SLF001
+            p.committer._after_commit = None  # noqa: SLF001
+        expect = _state(store, acked)
+        durable = _snapshot(root)
+        _churn(store, unsynced, rng, pending)
+        assert _state(store, acked) != expect  # the unsynced calls did change old records
+        images = []
+        for i in range(4):
+            dest = tmp_path / f"crash{i}"
+            _crash_image(root, durable, dest, random.Random(i))
+            images.append(dest)
+    finally:
+        for p in store._parts:  # noqa: SLF001
+            p.checkpointer.release()  # crash: no last checkpoint at close
+            p.checkpointer.checkpoint = lambda **_: 0  # type: ignore[method-assign]
+        store.close()
+
+    _reboot(monkeypatch)
+    for dest in images:
+        with DedupStore.open(dest, durability=durability, eviction_rate=0) as again:
+            got = _state(again, acked + unsynced)
+        report = verify_store(dest)
+        assert report.ok, report.problems
+        # Rolled back to exactly the last checkpoint: nothing later, nothing torn.
+        assert {k: got[k] for k in acked} == expect
+        assert all(got[k] is None for k in unsynced if k not in acked)
+
+
+def test_a_killed_process_loses_nothing_in_flush_mode_on_the_same_boot(tmp_path: Path) -> None:
+    # Same boot: the page cache is the truth, so the newest commit stands even
+    # though it was never checkpointed (the image takes every written page).
+    root = tmp_path / "live"
+    store = DedupStore.open(root, durability="flush", eviction_rate=0, flush_interval=3600)
+    try:
+        store.ensure_namespace(NS, horizon="1h", lease="1h")
+        store.flush()
+        durable = _snapshot(root)
+        r = store.claim(NS, "late", {"v": 1})
+        store.complete(NS, "late", r.token, b"kept")
+        shutil.copytree(root, tmp_path / "killed", ignore=shutil.ignore_patterns("lock.mdb"))
+    finally:
+        store.close()
+    assert durable  # the copy above is the killed process's page cache
+    with DedupStore.open(tmp_path / "killed", durability="flush", eviction_rate=0) as again:
+        rec = again.lookup(NS, "late")
+        assert rec is not None and rec.outcome == b"kept"
+
+
+def test_the_flush_thread_makes_writes_durable_within_the_interval(tmp_path: Path) -> None:
+    with DedupStore.open(tmp_path, durability="flush", eviction_rate=0, flush_interval=0.01) as store:
+        store.ensure_namespace(NS)
+        store.claim(NS, "k", {"v": 1})
+        parts = store._parts  # noqa: SLF001
+        last = [p.env.info()["last_txnid"] for p in parts]
+        import time
+
+        deadline = time.monotonic() + 10
+        while any(p.checkpointer.durable_txnid < t for p, t in zip(parts, last, strict=True)):
+            assert time.monotonic() < deadline, "no background checkpoint within 10 s at a 10 ms interval"
+            time.sleep(0.01)
+
+
+def test_flush_interval_is_bounded_and_named(tmp_path: Path) -> None:
+    from dedupstore.errors import InvalidInputError
+
+    for bad in (0, 0.0005, 3601, "2h", "soon"):
+        with pytest.raises(InvalidInputError, match="flush_interval"):
+            DedupStore.open(tmp_path, durability="flush", flush_interval=bad)
+    for good in (0.001, 3600, "250ms", "1h"):
+        DedupStore.open(tmp_path, durability="flush", flush_interval=good).close()
+
+
+def _meta(txnid: int) -> bytes:
+    m = bytearray(checkpoint.META_LEN)
+    m[checkpoint._META_TXNID : checkpoint._META_TXNID + 8] = txnid.to_bytes(8, "little")  # noqa: SLF001
+    return bytes(m)
+
+
+def test_a_torn_record_leaves_the_previous_one(tmp_path: Path) -> None:
+    ck = CheckpointFile(tmp_path)
+    try:
+        with ck.locked():
+            assert ck.write(5, _meta(5), 4096)
+            assert ck.write(9, _meta(9), 4096)
+            newest = ck.read()
+            assert newest is not None and newest.txnid == 9
+            # tear the newest slot: one byte of its meta
+            raw = bytearray((tmp_path / "checkpoint").read_bytes())
+            raw[(newest.seq % 2) * SLOT_SIZE + 60] ^= 0xFF
+            (tmp_path / "checkpoint").write_bytes(bytes(raw))
+            back = ck.read()
+            assert back is not None and back.txnid == 5
+    finally:
+        ck.close()
+
+
+def test_records_only_move_forward_within_a_boot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ck = CheckpointFile(tmp_path)
+    try:
+        with ck.locked():
+            assert ck.write(9, _meta(9), 4096)
+            assert not ck.write(7, _meta(7), 4096)  # a slower process's older snapshot
+            assert not ck.write(9, _meta(9), 4096)
+            rec = ck.read()
+            assert isinstance(rec, Record) and rec.txnid == 9
+            _reboot(monkeypatch)
+            assert ck.write(9, _meta(9), 4096)  # a new boot records itself
+            rec = ck.read()
+            assert rec is not None and rec.boot == checkpoint.boot_id()
+    finally:
+        ck.close()
