@@ -147,9 +147,7 @@ class CheckpointFile:
 
     def read(self) -> Record | None:
         """The newest intact record (caller holds the lock)."""
-        found = [Record.unpack(os.pread(self._fd, SLOT_SIZE, i * SLOT_SIZE)) for i in (0, 1)]
-        records = [r for r in found if r is not None]
-        return max(records, key=lambda r: r.seq) if records else None
+        return _newest(os.pread(self._fd, 2 * SLOT_SIZE, 0))
 
     def write(self, txnid: int, meta: bytes, psize: int) -> bool:
         """Record snapshot ``txnid`` durably, unless a newer one is recorded
@@ -165,22 +163,45 @@ class CheckpointFile:
         return True
 
 
+def rollback_due(directory: Path, rec: Record | None) -> bool:
+    """Whether the first open of this boot must roll the partition in
+    ``directory`` back to ``rec``: recorded in another boot, and the data
+    file's newest meta page is not the recorded one."""
+    data = directory / "data.mdb"
+    if rec is None or rec.boot == boot_id() or not data.exists():
+        return False
+    metas = read_metas(data, rec.psize)
+    for have in metas:
+        if int.from_bytes(have[:4], "little") != _META_MAGIC:
+            raise StoreFormatError(f"{data}: a meta page is not LMDB's (bad magic); refusing to recover into it")
+    return max(metas, key=meta_txnid) != rec.meta
+
+
+def read_record(directory: Path) -> Record | None:
+    """The partition's checkpoint record, read without taking the lock (for
+    read-only tools)."""
+    try:
+        raw = (directory / CHECKPOINT_FILE).read_bytes()
+    except FileNotFoundError:
+        return None
+    return _newest(raw)
+
+
+def _newest(raw: bytes) -> Record | None:
+    found = [Record.unpack(raw[i * SLOT_SIZE : (i + 1) * SLOT_SIZE]) for i in (0, 1)]
+    records = [r for r in found if r is not None]
+    return max(records, key=lambda r: r.seq) if records else None
+
+
 def recover(directory: Path, ckpt: CheckpointFile) -> int | None:
     """Roll a partition back to its recorded checkpoint if the machine has
     restarted since (caller holds the lock, and the environment is not open
     in this boot: whoever opens it first records this boot). Returns the txn
     id rolled back to, or None when nothing needed doing."""
     rec = ckpt.read()
-    data = directory / "data.mdb"
-    if rec is None or rec.boot == boot_id() or not data.exists():
+    if rec is None or not rollback_due(directory, rec):
         return None
-    metas = read_metas(data, rec.psize)
-    for have in metas:
-        if int.from_bytes(have[:4], "little") != _META_MAGIC:
-            raise StoreFormatError(f"{data}: a meta page is not LMDB's (bad magic); refusing to recover into it")
-    if max(metas, key=meta_txnid) == rec.meta:
-        return None  # the disk holds exactly the recorded snapshot
-    fd = os.open(data, os.O_WRONLY)
+    fd = os.open(directory / "data.mdb", os.O_WRONLY)
     try:
         for i in (0, 1):
             os.pwrite(fd, rec.meta, i * rec.psize + META_AT)

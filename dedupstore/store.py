@@ -692,11 +692,14 @@ class DedupStore:
 
     def _write_partitions(self, writes: Sequence[tuple[_Partition, Callable[[Any], Any]]]) -> None:
         """Run one write op per partition, each in that partition's group commit."""
-        if len(writes) == 1:
-            part, op = writes[0]
-            part.committer.run(op)
+        if len(writes) == 1 or self._durability == "flush":
+            # flush mode commits without an fsync: handing partitions to
+            # threads would cost more in wake-ups and GIL hand-offs than the
+            # commits themselves (docs/benchmarks.md).
+            for part, op in writes:
+                part.committer.run(op)
         elif writes:
-            # Each partition's commit waits on its own fsync with the GIL
+            # Each partition's checkpoint waits on its own fsyncs with the GIL
             # released; running them side by side overlaps those waits.
             futures = [self._executor().submit(part.committer.run, op) for part, op in writes]
             errors = [f.exception() for f in futures]

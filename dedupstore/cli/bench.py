@@ -47,6 +47,10 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     parser.add_argument("--path", default=None, metavar="DIR", help="store directory (default: a temporary one)")
     parser.add_argument("--durability", default="sync", choices=sorted(DURABILITY), help="default sync")
+    parser.add_argument(
+        "--flush-interval", default="1s", metavar="DURATION",
+        help="flush mode: how often the store's background checkpoint makes writes durable (default 1s)",
+    )
     parser.add_argument("--partitions", type=int, default=None, help="partitions of a new store (default 4)")
     parser.add_argument(
         "--mode", default="poll", choices=MODES,
@@ -84,6 +88,7 @@ def _config(args: argparse.Namespace) -> LoadConfig:
         duration=parse_duration(args.duration, what="--duration"),
         drain=None if args.drain is None else parse_duration(args.drain, what="--drain", allow_zero=True),
         durability=args.durability,
+        flush_interval=parse_duration(args.flush_interval, what="--flush-interval"),
         partitions=args.partitions,
         mode=args.mode,
         batch=args.batch,
