@@ -39,6 +39,7 @@ checkpoint, when this process's own pin already protects the record.
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import struct
 import threading
@@ -63,13 +64,20 @@ META_AT = 16
 META_LEN = 136
 _META_MAGIC = 0xBEEFC0DE
 _META_TXNID = 144 - META_AT  # txn id's offset inside MDB_meta
-# magic, seq, txnid, boot id, page size, meta length; then the meta, then crc32
-_HEAD = struct.Struct("<8sQQ16sII")
+# magic, seq, txnid, boot id, page size, meta length, flags; then the meta, then crc32
+_HEAD = struct.Struct("<8sQQ16sIII")
+#: Record flag: no writer commits without an fsync since this record, so
+#: LMDB's newest meta page is durable and nothing is ever rolled back.
+CLEAN = 0x1
 _CRC_AT = _HEAD.size + META_LEN
+#: struct flock (l_type, l_whence, l_start, l_len, l_pid), padded as C pads it.
+_FLOCK = "@hhqqi"
+_FLOCK_SIZE = 32
 #: Dead processes' reader slots (and so their pins) are cleared at most this often.
 READER_CHECK_S = 1.0
 
 
+@functools.lru_cache(maxsize=1)
 def boot_id() -> bytes:
     """This boot's id (Linux: a random UUID drawn at every boot)."""
     try:
@@ -89,9 +97,14 @@ class Record:
     boot: bytes
     psize: int
     meta: bytes
+    flags: int = 0
+
+    @property
+    def clean(self) -> bool:
+        return bool(self.flags & CLEAN)
 
     def pack(self) -> bytes:
-        body = _HEAD.pack(MAGIC, self.seq, self.txnid, self.boot, self.psize, len(self.meta)) + self.meta
+        body = _HEAD.pack(MAGIC, self.seq, self.txnid, self.boot, self.psize, len(self.meta), self.flags) + self.meta
         return (body + struct.pack("<I", zlib.crc32(body))).ljust(SLOT_SIZE, b"\0")
 
     @classmethod
@@ -99,13 +112,13 @@ class Record:
         """The record in one slot, or None if the slot is empty or torn."""
         if len(raw) < _CRC_AT + 4:
             return None
-        magic, seq, txnid, boot, psize, mlen = _HEAD.unpack_from(raw)
+        magic, seq, txnid, boot, psize, mlen, flags = _HEAD.unpack_from(raw)
         if magic != MAGIC or mlen != META_LEN:
             return None
         (crc,) = struct.unpack_from("<I", raw, _CRC_AT)
         if zlib.crc32(raw[:_CRC_AT]) != crc:
             return None
-        return cls(seq, txnid, boot, psize, raw[_HEAD.size : _CRC_AT])
+        return cls(seq, txnid, boot, psize, raw[_HEAD.size : _CRC_AT], flags)
 
 
 def meta_txnid(meta: bytes) -> int:
@@ -145,19 +158,35 @@ class CheckpointFile:
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
 
+    def hold_nosync(self) -> None:
+        """Announce, until this file is closed, that this process commits
+        without an fsync: a shared ``fcntl`` lock on byte 1 (the kernel drops
+        it when the process dies)."""
+        fcntl.lockf(self._fd, fcntl.LOCK_SH, 1, 1)
+
+    def nosync_writers(self) -> bool:
+        """Whether another process holds :meth:`hold_nosync` now (F_GETLK:
+        asks without taking anything)."""
+        probe = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 1, 1, 0)
+        got = fcntl.fcntl(self._fd, fcntl.F_GETLK, probe.ljust(_FLOCK_SIZE, b"\0"))
+        return struct.unpack_from(_FLOCK, got)[0] != fcntl.F_UNLCK
+
     def read(self) -> Record | None:
-        """The newest intact record (caller holds the lock)."""
+        """The newest intact record (under the lock, or a hint without it)."""
         return _newest(os.pread(self._fd, 2 * SLOT_SIZE, 0))
 
-    def write(self, txnid: int, meta: bytes, psize: int) -> bool:
-        """Record snapshot ``txnid`` durably, unless a newer one is recorded
-        in this boot already (caller holds the lock). True if written."""
+    def write(self, txnid: int, meta: bytes, psize: int, flags: int = 0) -> bool:
+        """Record snapshot ``txnid`` durably, unless this boot has recorded a
+        newer one, or this one alike, already (caller holds the lock). True
+        if written."""
         boot = boot_id()
         last = self.read()
-        if last is not None and last.boot == boot and last.txnid >= txnid:
+        if last is not None and last.boot == boot and (
+            last.txnid > txnid or (last.txnid == txnid and last.flags == flags)
+        ):
             return False
         seq = 0 if last is None else last.seq + 1
-        rec = Record(seq, txnid, boot, psize, meta)
+        rec = Record(seq, txnid, boot, psize, meta, flags)
         os.pwrite(self._fd, rec.pack(), (seq % 2) * SLOT_SIZE)
         os.fdatasync(self._fd)
         return True
@@ -168,7 +197,7 @@ def rollback_due(directory: Path, rec: Record | None) -> bool:
     ``directory`` back to ``rec``: recorded in another boot, and the data
     file's newest meta page is not the recorded one."""
     data = directory / "data.mdb"
-    if rec is None or rec.boot == boot_id() or not data.exists():
+    if rec is None or rec.clean or rec.boot == boot_id() or not data.exists():
         return False
     metas = read_metas(data, rec.psize)
     for have in metas:
@@ -227,8 +256,9 @@ class Checkpointer:
         self._next_reader_check = 0.0
 
     def checkpoint(self, *, locked: bool = False) -> int:
-        """Make every commit so far durable; returns the snapshot's txn id.
-        ``locked``: the caller holds the checkpoint file's lock already."""
+        """Make every commit so far durable and recoverable as a rollback
+        target; returns the snapshot's txn id. ``locked``: the caller holds
+        the checkpoint file's lock already."""
         with self._lock:
             pin, txnid, meta = self._pin_newest()
             try:
@@ -246,13 +276,57 @@ class Checkpointer:
                 old.abort()
             self.durable_txnid = txnid
             self.count += 1
-            now = time.monotonic()
-            if now >= self._next_reader_check:
-                # Safe now: this process's pin is at or before the recorded
-                # snapshot, so clearing dead processes' pins cannot expose it.
-                self._next_reader_check = now + READER_CHECK_S
-                self._env.reader_check()
+            # Safe now: this process's pin is at or before the recorded
+            # snapshot, so clearing dead processes' pins cannot expose it.
+            self._check_readers()
             return txnid
+
+    def mark_clean(self, *, locked: bool = False) -> bool:
+        """For a writer that fsyncs its own commits (sync mode): if no
+        process commits without an fsync, sync the file (their past commits
+        included) and record that nothing is to be rolled back any more.
+        False (nothing done) while such a writer is present."""
+        with self._lock:
+            if locked:
+                done = self._mark_clean()
+            else:
+                with self._ckpt.locked():
+                    done = self._mark_clean()
+            if done and self._pin is not None:
+                self._pin.abort()  # a clean record needs no pinned snapshot
+                self._pin = None
+            return done
+
+    def _mark_clean(self) -> bool:
+        if self._ckpt.nosync_writers():
+            return False
+        self._env.sync(True)
+        txnid = int(self._env.info()["last_txnid"])
+        # The meta is kept for inspection only: a clean record is never a rollback target.
+        meta = read_metas(self._data, self._psize)[txnid % 2]
+        self._ckpt.write(txnid, meta, self._psize, CLEAN)
+        self.durable_txnid = max(self.durable_txnid, txnid)
+        self._check_readers()
+        return True
+
+    def after_sync_commit(self) -> None:
+        """Sync mode, after each (fsynced) commit, before its callers return.
+        Alone, or beside other sync writers: LMDB's own sync commit is durable
+        and the record says clean; this costs two lock probes and a read.
+        Beside a flush-mode writer, whose commits are not fsynced and whose
+        record a restart rolls back to, this commit must be in a record too."""
+        if self._ckpt.nosync_writers():
+            self.checkpoint()
+            return
+        rec = self._ckpt.read()
+        if (rec is None or not rec.clean) and not self.mark_clean():
+            self.checkpoint()  # one arrived meanwhile
+
+    def _check_readers(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_reader_check:
+            self._next_reader_check = now + READER_CHECK_S
+            self._env.reader_check()
 
     def _pin_newest(self) -> tuple[Any, int, bytes]:
         while True:

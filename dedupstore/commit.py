@@ -2,10 +2,11 @@
 
 A thread that finds no commit in flight becomes the leader: it takes every
 operation queued so far, runs them in one LMDB write transaction, commits once
-and, in sync mode, checkpoints (dedupstore/checkpoint.py; the fsyncs run
-with the GIL released, so others keep queueing), then hands leadership to the
-first waiter that arrived meanwhile. With one caller this is exactly one
-transaction per call; with eight, one checkpoint serves up to eight claims.
+(in sync mode LMDB fsyncs it, with the GIL released, so others keep queueing;
+dedupstore/checkpoint.py says when a checkpoint follows), then hands
+leadership to the first waiter that arrived meanwhile. With one caller this
+is exactly one transaction per call; with eight, one fsync serves up to eight
+claims.
 
 A leader lingers: when the last commit carried more operations than are
 queued now, the callers it released are probably about to queue again, so the

@@ -34,11 +34,10 @@ FORMAT_KEY = b"format"
 NS_KEY = b"ns/"  # + name -> namespace config JSON
 NSID_KEY = b"nsid/"  # + 2-byte id -> name
 
-#: The durability modes (docs/guarantees.md). Both open partitions the same
-#: way (``MDB_NOSYNC``, no write map, no asynchronous flushing: a commit
-#: writes its pages with ``write()`` and returns) and differ in when a
-#: checkpoint (dedupstore/checkpoint.py) makes commits durable: ``sync`` after
-#: every group commit, before its callers return; ``flush`` on
+#: The durability modes (docs/guarantees.md). Neither uses a write map or
+#: asynchronous flushing. ``sync`` partitions are LMDB environments that fsync
+#: every commit; ``flush`` partitions commit with ``MDB_NOSYNC`` (``write()``
+#: only) and are made durable by checkpoints (dedupstore/checkpoint.py) on
 #: ``store.flush()``, every ``flush_interval`` and at close.
 DURABILITY = ("sync", "flush")
 

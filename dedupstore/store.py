@@ -173,7 +173,10 @@ class _Partition:
                         "dedupstore: %s: the machine restarted since this partition's last checkpoint; rolled "
                         "back to it (txn %d): writes after it were never made durable", path, self.recovered_to,
                     )
-                self.env = open_env(path, map_size=map_size, max_dbs=4, synced=False)
+                self.synced = durability == "sync"
+                if not self.synced:
+                    self.ckpt.hold_nosync()  # before this process's first commit without an fsync
+                self.env = open_env(path, map_size=map_size, max_dbs=4, synced=self.synced)
                 try:
                     self.records = self.env.open_db(b"records")
                     self.pending = self.env.open_db(b"pending")
@@ -185,7 +188,8 @@ class _Partition:
                         else:
                             check_partition_format(raw, info, index, path)
                     self.checkpointer = Checkpointer(self.env, path, self.ckpt)
-                    self.checkpointer.checkpoint(locked=True)
+                    if not (self.synced and self.checkpointer.mark_clean(locked=True)):
+                        self.checkpointer.checkpoint(locked=True)
                 except lmdb.Error as exc:
                     self.env.close()
                     raise StoreFormatError(f"{path} is not a valid dedupstore partition: {exc}") from None
@@ -195,18 +199,20 @@ class _Partition:
         except BaseException:
             self.ckpt.close()
             raise
-        # sync: every group commit is checkpointed before its callers return.
+        # sync: LMDB fsyncs each commit; beside a flush-mode writer the
+        # commit is also checkpointed, before its callers return.
         self.committer = GroupCommitter(
             self.env, f"partition {index} ({path})",
-            after_commit=self.checkpointer.checkpoint if durability == "sync" else None,
+            after_commit=self.checkpointer.after_sync_commit if self.synced else None,
         )
         self.spaces: dict[int, _native.Space] = {}
         self.hasher = hasher
 
     def close(self) -> None:
-        """Checkpoint, drop the pin and close the environment."""
+        """Checkpoint (flush mode), drop the pin and close the environment."""
         try:
-            self.checkpointer.checkpoint()
+            if not self.synced:
+                self.checkpointer.checkpoint()
         finally:
             self.checkpointer.release()
             self.env.close()
@@ -431,9 +437,10 @@ class DedupStore:
         """Make every write returned so far durable: a checkpoint of every
         partition (docs/guarantees.md). In ``flush`` mode a background thread
         also does this every ``flush_interval``; in ``sync`` mode every write
-        is durable when it returns already."""
+        is durable when it returns, and this does nothing."""
         self._check()
-        self._checkpoint_all()
+        if self._durability == "flush":
+            self._checkpoint_all()
 
     def _checkpoint_all(self) -> None:
         parts = self._parts

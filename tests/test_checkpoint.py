@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import random
 import shutil
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from dedupstore.checkpoint import SLOT_SIZE, CheckpointFile, Record
 from dedupstore.verify import verify_store
 
 NS = "orders"
+FLUSH_WRITER = Path(__file__).with_name("_flush_writer.py")
 
 
 def _reboot(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -79,55 +82,129 @@ def _state(store: DedupStore, keys: list[str]) -> dict[str, tuple[RecordState, b
     return out
 
 
-@pytest.mark.parametrize("durability", ["sync", "flush"])
-def test_an_os_crash_image_comes_back_as_the_last_checkpoint(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str
-) -> None:
+def test_an_os_crash_image_comes_back_as_the_last_flush(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     rng = random.Random(7)
     root = tmp_path / "live"
     acked = [f"a{i}" for i in range(600)]
-    # New keys, and repeats over old pages, written after the last checkpoint.
+    # New keys, and completions of old records, written after the last flush().
     unsynced = [f"b{i}" for i in range(600)] + acked[:300]
-    store = DedupStore.open(root, durability=durability, partitions=2, eviction_rate=0, flush_interval=3600)
+    store = DedupStore.open(root, durability="flush", partitions=2, eviction_rate=0, flush_interval=3600)
     try:
         store.ensure_namespace(NS, horizon="1h", lease="1h")
         pending: dict[str, int] = {}
         _churn(store, acked, rng, pending)
         assert pending
-        if durability == "flush":
-            store.flush()
-        # sync mode: each call above returned after its checkpoint; what
-        # follows stands for calls whose commit was written but whose
-        # checkpoint the crash cut off (so they were never acknowledged).
-        for p in store._parts:  # noqa: SLF001
-            p.committer._after_commit = None  # noqa: SLF001
+        store.flush()
         expect = _state(store, acked)
         durable = _snapshot(root)
         _churn(store, unsynced, rng, pending)
         assert _state(store, acked) != expect  # the unsynced calls did change old records
-        images = []
-        for i in range(4):
-            dest = tmp_path / f"crash{i}"
-            _crash_image(root, durable, dest, random.Random(i))
-            images.append(dest)
+        images = _images(root, durable, tmp_path)
     finally:
-        for p in store._parts:  # noqa: SLF001
-            p.checkpointer.release()  # crash: no last checkpoint at close
-            p.checkpointer.checkpoint = lambda **_: 0  # type: ignore[method-assign]
-        store.close()
+        _crash(store)
 
     _reboot(monkeypatch)
     for dest in images:
-        before_open = verify_store(dest)
-        # verify does not walk what the crash may have torn; it says open() will roll back.
-        assert set(before_open.problem_kinds) <= {"recovery-pending"}
-        with DedupStore.open(dest, durability=durability, eviction_rate=0) as again:
-            got = _state(again, acked + unsynced)
-        report = verify_store(dest)
-        assert report.ok, report.problems
-        # Rolled back to exactly the last checkpoint: nothing later, nothing torn.
+        got = _open_after_crash(dest, "flush", acked + unsynced)
+        # Rolled back to exactly the last flush(): nothing later, nothing torn.
         assert {k: got[k] for k in acked} == expect
         assert all(got[k] is None for k in unsynced if k not in acked)
+
+
+def test_sync_writes_beside_a_flush_writer_survive_an_os_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A flush-mode process commits without fsyncs, so a restart rolls the
+    # partition back to a checkpoint; every sync-mode commit made while it
+    # is there must therefore be in a checkpoint before it returns.
+    rng = random.Random(11)
+    root = tmp_path / "live"
+    store = DedupStore.open(root, durability="sync", partitions=2, eviction_rate=0)
+    writer = None
+    try:
+        store.ensure_namespace(NS, horizon="1h", lease="1h")
+        writer = subprocess.Popen(
+            [sys.executable, str(FLUSH_WRITER), str(root), NS],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )
+        assert writer.stdin is not None and writer.stdout is not None
+        assert writer.stdout.readline().strip() == "open"
+
+        def flush_writer(prefix: str, n: int) -> None:
+            assert writer is not None and writer.stdin is not None and writer.stdout is not None
+            writer.stdin.write(f"claim {prefix} {n}\n")
+            writer.stdin.flush()
+            assert writer.stdout.readline().strip() == "ok"
+
+        flush_writer("f-early-", 300)
+        acked = [f"s{i}" for i in range(400)]
+        pending: dict[str, int] = {}
+        _churn(store, acked, rng, pending)
+        early = [f"f-early-{i}" for i in range(300)]
+        expect = _state(store, acked + early)  # the sync commits' checkpoints cover the flush writer's too
+        durable = _snapshot(root)
+        flush_writer("f-late-", 300)
+        images = _images(root, durable, tmp_path)
+    finally:
+        if writer is not None:
+            writer.kill()  # a crash: no last checkpoint
+            writer.communicate()
+        store.close()
+
+    late = [f"f-late-{i}" for i in range(300)]
+    _reboot(monkeypatch)
+    for dest in images:
+        got = _open_after_crash(dest, "sync", acked + early + late)
+        assert {k: got[k] for k in acked + early} == expect
+        assert all(got[k] is None for k in late)
+
+
+def test_a_sync_only_store_records_clean_and_is_never_rolled_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "live"
+    with DedupStore.open(root, durability="sync", partitions=2, eviction_rate=0) as store:
+        store.ensure_namespace(NS, horizon="1h", lease="1h")
+        keys = [f"k{i}" for i in range(200)]
+        _churn(store, keys, random.Random(3), {})
+        expect = _state(store, keys)
+        for p in store._parts:  # noqa: SLF001
+            rec = p.ckpt.read()
+            assert rec is not None and rec.clean
+        copy = tmp_path / "copy"
+        shutil.copytree(root, copy, ignore=shutil.ignore_patterns("lock.mdb"))
+    _reboot(monkeypatch)
+    with DedupStore.open(copy, durability="sync", eviction_rate=0) as again:
+        assert [p.recovered_to for p in again._parts] == [None, None]  # noqa: SLF001
+        assert _state(again, keys) == expect
+
+
+def _images(root: Path, durable: dict[str, bytes], tmp_path: Path) -> list[Path]:
+    images = []
+    for i in range(4):
+        dest = tmp_path / f"crash{i}"
+        _crash_image(root, durable, dest, random.Random(i))
+        images.append(dest)
+    return images
+
+
+def _crash(store: DedupStore) -> None:
+    """Close without the last checkpoint a clean close makes."""
+    for p in store._parts:  # noqa: SLF001
+        p.checkpointer.release()
+        p.checkpointer.checkpoint = lambda **_: 0  # type: ignore[method-assign]
+    store.close()
+
+
+def _open_after_crash(dest: Path, durability: str, keys: list[str]) -> dict[str, tuple[RecordState, bytes] | None]:
+    before_open = verify_store(dest)
+    # verify does not walk what the crash may have torn; it says open() will roll back.
+    assert set(before_open.problem_kinds) <= {"recovery-pending"}
+    with DedupStore.open(dest, durability=durability, eviction_rate=0) as again:
+        got = _state(again, keys)
+    report = verify_store(dest)
+    assert report.ok, report.problems
+    return got
 
 
 def test_a_killed_process_loses_nothing_in_flush_mode_on_the_same_boot(tmp_path: Path) -> None:
