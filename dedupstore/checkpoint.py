@@ -1,11 +1,12 @@
-"""Checkpoints: what makes a partition's commits durable without an fsync each.
+"""Checkpoints: what makes commits without an fsync each survive an OS crash.
 
-Partitions are LMDB environments opened with ``MDB_NOSYNC``: a commit writes
-its pages and its meta page with ``write()`` and returns. A killed process
-loses nothing (the kernel has every page), but after an operating-system crash
-the disk holds some unknown subset of the writes since the last fsync, so the
-newest meta page may name pages that never reached the disk. A checkpoint
-makes one committed snapshot recoverable, whatever the crash:
+``flush``-mode partitions are LMDB environments opened with ``MDB_NOSYNC``: a
+commit writes its pages and its meta page with ``write()`` and returns. A
+killed process loses nothing (the kernel has every page), but after an
+operating-system crash the disk holds some unknown subset of the writes since
+the last fsync, so the newest meta page may name pages that never reached the
+disk. A checkpoint makes one committed snapshot recoverable, whatever the
+crash:
 
 1. **Pin.** A read transaction is begun at the newest committed snapshot T
    while the writer lock is held, and kept open until the next checkpoint.
@@ -19,21 +20,35 @@ makes one committed snapshot recoverable, whatever the crash:
    machine's boot id, and fsync that file. Records only move forward (a
    checkpoint older than the recorded one is not written).
 
-At open, if the recorded boot id is not this boot's, the machine has
-restarted since the last checkpoint, and anything the newest meta page names
-beyond T may be missing: both meta pages are overwritten with T's, which
-rolls the partition back to exactly the recorded snapshot, whose pages the pin
-kept untouched. In the same boot nothing is rolled back: the page cache holds
-every commit. ``sync`` mode checkpoints after every group commit, before the
-callers return; ``flush`` mode on ``store.flush()``, at ``flush_interval``
-and at close. docs/format.md describes the file and docs/guarantees.md what it
-promises.
+At open, if the record is a rollback target (not *clean*, below) from
+another boot, the machine has restarted since the last checkpoint, and
+anything the newest meta page names beyond T may be missing: both meta pages
+are overwritten with T's, which rolls the partition back to exactly the
+recorded snapshot, whose pages the pin kept untouched. In the same boot
+nothing is rolled back: the page cache holds every commit. ``flush`` mode
+checkpoints on ``store.flush()``, at ``flush_interval`` and at close.
 
-Several processes share a partition: every process pins its own last
-checkpoint, and since records only move forward every live pin is at or
-before the recorded snapshot, which therefore stays intact while any writer
-lives. Stale reader slots of dead processes are cleared only just after a
-checkpoint, when this process's own pin already protects the record.
+``sync``-mode partitions let LMDB fsync every commit (data, then the meta
+page), which needs no rollback. So that a restart does not roll *those*
+commits back to an older checkpoint, the two modes share a partition thus:
+
+- A flush-mode process holds a shared ``fcntl`` lock on byte 1 of the
+  checkpoint file from open to close (the kernel drops it if the process
+  dies), taken before its first commit.
+- After each sync commit, before its callers return, the sync process asks
+  (``F_GETLK``) whether any process holds that lock. If so, it checkpoints as
+  above. If not, and the record is not yet *clean*, it fsyncs the file and
+  writes a clean record: "no commit since lacks an fsync, never roll back".
+  Alone, a sync writer pays two syscalls and a 512-byte read per commit.
+- A checkpoint pin survives its process's death as a stale reader slot, so a
+  rollback target stays intact until a clean record replaces it; stale
+  slots are cleared only just after this process's own checkpoint or clean
+  record, when nothing can need them.
+
+Several flush processes each pin their own last checkpoint; since records
+only move forward, every live pin is at or before the recorded snapshot,
+which therefore stays intact while any of them lives. docs/format.md
+describes the file and docs/guarantees.md what each mode promises.
 """
 
 from __future__ import annotations
