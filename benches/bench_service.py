@@ -3,6 +3,8 @@
 
 In one run, on one machine, each side a separate server process on loopback:
 
+    floor        an empty call: grpc.health.v1 Health/Check vs redis-py PING, the
+                 transports' own cost and so the most the unary ratio can be
     unary        dedupstore Claim (DedupClient, one call at a time) vs redis-py
                  SET key 1 NX (one round trip each, one connection)
     unary x C    the same with C calls in flight (AsyncDedupClient / C redis-py
@@ -155,6 +157,20 @@ class DedupSide:
         self.client = DedupClient(target)
         self.keys = Keys("ds-")
         self.client.lookup(NS, b"connect")
+        import grpc
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        self._health_channel = grpc.insecure_channel(target)
+        self._health = health_pb2_grpc.HealthStub(self._health_channel)
+        self._health_request = health_pb2.HealthCheckRequest()
+
+    def floor(self, seconds: float) -> tuple[int, float]:
+        """The transport's own cost: an empty unary call (grpc.health.v1 Check)."""
+        def step() -> int:
+            self._health.Check(self._health_request)
+            return 1
+
+        return run_for(seconds, step)
 
     def unary(self, seconds: float) -> tuple[int, float]:
         def step() -> int:
@@ -196,6 +212,7 @@ class DedupSide:
 
     def close(self) -> None:
         self.client.close()
+        self._health_channel.close()
 
 
 class RedisSide:
@@ -208,6 +225,14 @@ class RedisSide:
         kwargs = client.connection_pool.connection_kwargs
         self.pool = redis.ConnectionPool(host=kwargs["host"], port=kwargs["port"], max_connections=concurrency)
         self.threaded = [redis.Redis(connection_pool=self.pool) for _ in range(concurrency)]
+
+    def floor(self, seconds: float) -> tuple[int, float]:
+        """The transport's own cost: an empty round trip (PING)."""
+        def step() -> int:
+            self.client.ping()
+            return 1
+
+        return run_for(seconds, step)
 
     def unary(self, seconds: float) -> tuple[int, float]:
         def step() -> int:
@@ -253,7 +278,7 @@ class RedisSide:
         self.pool.disconnect()
 
 
-ROWS = ("unary", "unary_concurrent", "batch")
+ROWS = ("floor", "unary", "unary_concurrent", "batch")
 
 
 def measure(sides: dict[str, Any], seconds: float, slice_s: float) -> dict[str, dict[str, dict[str, float]]]:
@@ -289,7 +314,8 @@ def report(doc: dict[str, Any]) -> None:
           f"(in {doc['slice']} s slices, sides alternating), concurrency {doc['concurrency']}, batch {BATCH}")
     print(f"# load at start {doc['load_start']}")
     print(f"# load at end   {doc['load_end']}")
-    names = {"unary": "Claim, one at a time", "unary_concurrent": f"Claim, {doc['concurrency']} in flight",
+    names = {"floor": "empty call (Health.Check vs PING)",
+             "unary": "Claim, one at a time", "unary_concurrent": f"Claim, {doc['concurrency']} in flight",
              "batch": f"ClaimBatch({BATCH}) vs pipeline({BATCH})"}
     targets = {"unary": 0.5, "batch": 2.0}
     print(f"{'row':<44} {'dedupstore/s':>13} {'redis-py/s':>11} {'ratio':>6}  target")
