@@ -40,7 +40,7 @@ from .store import MAX_BATCH, MAX_CLAIMANT_BYTES, MAX_EVENT_ID_BYTES, _small_byt
 from .units import parse_duration
 from .v1 import dedupstore_pb2 as pb
 from .v1 import dedupstore_pb2_grpc as pb_grpc
-from .verdicts import STATUS_BY_CODE, BatchResult, ClaimResult, Record, Status
+from .verdicts import LEASED_CODES, STATUS_BY_CODE, BatchResult, ClaimResult, Record, Status
 
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_RETRIES = 4
@@ -155,24 +155,27 @@ def _claim_batch_call(
         req.claimant = _small_bytes(claimant, "claimant", MAX_CLAIMANT_BYTES)
 
     def parse(resp: Any) -> BatchResult:
-        statuses = list(resp.statuses)
-        if len(statuses) != n:
-            raise errors.ServiceError(f"the server answered {len(statuses)} verdicts for {n} keys", "INTERNAL")
-        tokens = resp.tokens
-        retry = resp.retry_after
-        records = {i: wire.record_from_pb(rec) for i, rec in resp.records.items()}
-        out = []
-        for i, code in enumerate(statuses):
-            status = _status(code)
-            out.append(ClaimResult.from_record(
-                status,
-                tokens[i] if status.holds_lease else None,
-                retry[i] if status is Status.IN_PROGRESS else None,
-                namespace,
-                kbs[i],
-                records.get(i),
-            ))
-        return BatchResult(out)
+        codes = list(resp.statuses)
+        if len(codes) != n:
+            raise errors.ServiceError(f"the server answered {len(codes)} verdicts for {n} keys", "INTERNAL")
+        if codes:
+            _status(min(codes))  # each raises, naming the code, if it is not one we know
+            _status(max(codes))
+        statuses = [STATUS_BY_CODE[c] for c in codes]
+        raw_tokens = list(resp.tokens)
+        raw_retry = list(resp.retry_after)
+        if len(raw_tokens) != n or len(raw_retry) != n:
+            raise errors.ServiceError(f"the server answered tokens or retry times not one per key ({n})", "INTERNAL")
+        tokens: list[int | None] = [t if LEASED_CODES[c] else None for c, t in zip(codes, raw_tokens, strict=True)]
+        in_progress = wire.STATUS_VALUE[Status.IN_PROGRESS]
+        retry: list[float | None] = [r if c == in_progress else None for c, r in zip(codes, raw_retry, strict=True)]
+        records = resp.records
+
+        def make(i: int) -> ClaimResult:
+            rec = wire.record_from_pb(records[i]) if i in records else None
+            return ClaimResult.from_record(statuses[i], tokens[i], retry[i], namespace, kbs[i], rec)
+
+        return BatchResult(statuses=statuses, tokens=tokens, retry_after=retry, make=make)
 
     return _Call("ClaimBatch", req, parse)
 

@@ -232,9 +232,10 @@ class DedupService(pb_grpc.DedupStoreServicer):
                 request.namespace, keys, intents, event_times=event_times, claimant=rid if by_request_id else claimant
             )
             self._committed("ClaimBatch")
-            statuses = [wire.STATUS_VALUE[r.status] for r in batch]
-            tokens = [r.token or 0 for r in batch]
-            retry = [r.retry_after or 0.0 for r in batch]
+            status_value = wire.STATUS_VALUE
+            statuses = [status_value[st] for st in batch.statuses]
+            tokens = [t or 0 for t in batch.tokens]
+            retry = [r or 0.0 for r in batch.retry_after]
             if by_request_id and len(set(keys)) < n:
                 self._repeats_wait(batch, statuses, tokens, retry)
             reply = pb.ClaimBatchResponse()

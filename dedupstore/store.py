@@ -693,8 +693,12 @@ class DedupStore:
         self._write_partitions(writes)
         self._tally(results)
         result = self._result
+        in_progress = _native.IN_PROGRESS
         return BatchResult(
-            [result(res, namespace, kbs[i], res[6], now) for i, res in enumerate(results)]
+            statuses=[STATUS_BY_CODE[res[0]] for res in results],
+            tokens=[res[1] if LEASED_CODES[res[0]] else None for res in results],
+            retry_after=[res[2] / 1e6 if res[0] == in_progress else None for res in results],
+            make=lambda i: result(results[i], namespace, kbs[i], results[i][6], now),
         )
 
     def _write_partitions(self, writes: Sequence[tuple[_Partition, Callable[[Any], Any]]]) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
@@ -194,35 +194,91 @@ class ClaimResult:
 
 
 class BatchResult(Sequence[ClaimResult]):
-    """Per-key verdicts of ``claim_many``, in input order."""
+    """Per-key verdicts of ``claim_many``, in input order.
 
-    __slots__ = ("_results",)
+    Built lazily: the columns (``statuses``, ``tokens``, ``retry_after``) are
+    plain lists, and a key's :class:`ClaimResult` is made on first access, so
+    a caller that only counts verdicts or walks the tokens never pays for
+    a thousand objects.
+    """
 
-    def __init__(self, results: list[ClaimResult]) -> None:
-        self._results = results
+    __slots__ = ("_results", "_make", "_statuses", "_tokens", "_retry")
+
+    def __init__(
+        self,
+        results: list[ClaimResult] | None = None,
+        *,
+        statuses: list[Status] | None = None,
+        tokens: list[int | None] | None = None,
+        retry_after: list[float | None] | None = None,
+        make: Callable[[int], ClaimResult] | None = None,
+    ) -> None:
+        """Either ``results``, or the three columns and ``make(i)``, which
+        builds key i's result."""
+        if results is not None:
+            self._results: list[ClaimResult | None] = list(results)
+            self._make = None
+            self._statuses = [r.status for r in results]
+            self._tokens = [r.token for r in results]
+            self._retry = [r.retry_after for r in results]
+        else:
+            if statuses is None or tokens is None or retry_after is None or make is None:
+                raise TypeError("BatchResult needs results, or statuses, tokens, retry_after and make")
+            self._results = [None] * len(statuses)
+            self._make = make
+            self._statuses = statuses
+            self._tokens = tokens
+            self._retry = retry_after
 
     def __len__(self) -> int:
-        return len(self._results)
+        return len(self._statuses)
+
+    def _item(self, i: int) -> ClaimResult:
+        r = self._results[i]
+        if r is None:
+            assert self._make is not None
+            r = self._results[i] = self._make(i)
+        return r
 
     @overload
     def __getitem__(self, index: int) -> ClaimResult: ...
     @overload
     def __getitem__(self, index: slice) -> list[ClaimResult]: ...
     def __getitem__(self, index: int | slice) -> ClaimResult | list[ClaimResult]:
-        return self._results[index]
+        n = len(self._statuses)
+        if isinstance(index, slice):
+            return [self._item(i) for i in range(*index.indices(n))]
+        i = index.__index__()
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("BatchResult index out of range")
+        return self._item(i)
 
     def __iter__(self) -> Iterator[ClaimResult]:
-        return iter(self._results)
+        for i in range(len(self._statuses)):
+            yield self._item(i)
 
     @property
     def statuses(self) -> list[Status]:
-        return [r.status for r in self._results]
+        """Each key's verdict (a copy)."""
+        return list(self._statuses)
+
+    @property
+    def tokens(self) -> list[int | None]:
+        """Each key's token: set for the verdicts that hold a lease (a copy)."""
+        return list(self._tokens)
+
+    @property
+    def retry_after(self) -> list[float | None]:
+        """Each key's ``retry_after`` in seconds: set for IN_PROGRESS (a copy)."""
+        return list(self._retry)
 
     def counts(self) -> dict[Status, int]:
         """How many keys got each verdict (every status present, zeros included)."""
         out = dict.fromkeys(Status, 0)
-        for r in self._results:
-            out[r.status] += 1
+        for st in self._statuses:
+            out[st] += 1
         return out
 
     def __repr__(self) -> str:
