@@ -202,6 +202,67 @@ def _renew_call(namespace: str, key: bytes | str, token: int, lease: object) -> 
     return _Call("Renew", req, _record)
 
 
+def _leased_batch(n: int) -> Callable[[Any], list[LeaseLostError | None]]:
+    def parse(resp: Any) -> list[LeaseLostError | None]:
+        lost = list(resp.lease_lost)
+        if len(lost) != n:
+            raise errors.ServiceError(f"the server answered {len(lost)} results for {n} items", "INTERNAL")
+        return [LeaseLostError(m) if m else None for m in lost]
+
+    return parse
+
+
+def _check_items(what: str, n: int) -> None:
+    if n > MAX_BATCH:
+        raise InvalidInputError(f"{what} takes at most {MAX_BATCH} items per call; got {n}")
+
+
+def _complete_batch_call(namespace: str, items: Sequence[tuple[bytes | str, int, bytes | str]]) -> _Call:
+    _check_items("complete_many", len(items))
+    req = pb.CompleteBatchRequest(namespace=check_name(namespace))
+    for key, token, outcome in items:
+        req.items.add(key=_native.key_bytes(key), token=_token(token), outcome=_outcome(outcome))
+    return _Call("CompleteBatch", req, _leased_batch(len(items)))
+
+
+def _release_batch_call(namespace: str, items: Sequence[tuple[bytes | str, int]]) -> _Call:
+    _check_items("release_many", len(items))
+    req = pb.ReleaseBatchRequest(namespace=check_name(namespace))
+    for key, token in items:
+        req.items.add(key=_native.key_bytes(key), token=_token(token))
+    return _Call(
+        "ReleaseBatch", req, _leased_batch(len(items)),
+        note_on_retry=" (this was a retry after a lost reply: the first attempt may have released it)",
+    )
+
+
+def _unresolved_call(namespace: str, limit: int | None) -> _Call:
+    req = pb.UnresolvedRequest(namespace=check_name(namespace))
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit < 1 << 32:
+            raise InvalidInputError(f"limit must be a non-negative int or None; got {limit!r}")
+        req.limit = limit
+
+    def parse(resp: Any) -> list[Record]:
+        recs = [wire.record_from_pb(r) for r in resp.records]
+        if resp.truncated and limit is None:
+            raise errors.ServiceError(
+                f"more records of {namespace!r} are unresolved than the server sends in one reply "
+                f"({len(recs):,}); call unresolved({namespace!r}, limit=N) for the oldest N, resolve them, "
+                f"and call again", "RESOURCE_EXHAUSTED",
+            )
+        return recs
+
+    return _Call("Unresolved", req, parse)
+
+
+def _finish(call: _Call, resp: Any, attempt: int) -> Any:
+    out = call.parse(resp)
+    if attempt and call.note_on_retry and isinstance(out, list):
+        out = [LeaseLostError(str(e) + call.note_on_retry) if isinstance(e, LeaseLostError) else e for e in out]
+    return out
+
+
 def _lookup_call(namespace: str, key: bytes | str) -> _Call:
     req = pb.LookupRequest(namespace=check_name(namespace), key=_native.key_bytes(key))
     return _Call("Lookup", req, _record)
@@ -329,7 +390,7 @@ class DedupClient:
                     attempt += 1
                     continue
                 raise self._s.error(call, exc, attempt) from None
-            return call.parse(resp)
+            return _finish(call, resp, attempt)
 
     def claim(
         self,
@@ -372,6 +433,21 @@ class DedupClient:
     def lookup(self, namespace: str, key: bytes | str) -> Record | None:
         """As ``DedupStore.lookup``."""
         return self._send(_lookup_call(namespace, key))
+
+    def complete_many(
+        self, namespace: str, items: Sequence[tuple[bytes | str, int, bytes | str]]
+    ) -> list[LeaseLostError | None]:
+        """As ``DedupStore.complete_many`` (one ``CompleteBatch`` RPC)."""
+        return self._send(_complete_batch_call(namespace, items))
+
+    def release_many(self, namespace: str, items: Sequence[tuple[bytes | str, int]]) -> list[LeaseLostError | None]:
+        """As ``DedupStore.release_many`` (one ``ReleaseBatch`` RPC)."""
+        return self._send(_release_batch_call(namespace, items))
+
+    def unresolved(self, namespace: str, limit: int | None = None) -> list[Record]:
+        """As ``DedupStore.unresolved``. One reply carries at most the server's
+        cap (10,000); without ``limit``, more than that raises ServiceError."""
+        return self._send(_unresolved_call(namespace, limit))
 
     def stats(self) -> dict[str, Any]:
         """The server's ``DedupStore.stats()`` (its counters count every client's calls)."""
@@ -439,7 +515,7 @@ class AsyncDedupClient:
                     attempt += 1
                     continue
                 raise self._s.error(call, exc, attempt) from None
-            return call.parse(resp)
+            return _finish(call, resp, attempt)
 
     async def claim(
         self,
@@ -482,6 +558,22 @@ class AsyncDedupClient:
     async def lookup(self, namespace: str, key: bytes | str) -> Record | None:
         """As ``DedupStore.lookup``."""
         return await self._send(_lookup_call(namespace, key))
+
+    async def complete_many(
+        self, namespace: str, items: Sequence[tuple[bytes | str, int, bytes | str]]
+    ) -> list[LeaseLostError | None]:
+        """As ``DedupStore.complete_many`` (one ``CompleteBatch`` RPC)."""
+        return await self._send(_complete_batch_call(namespace, items))
+
+    async def release_many(
+        self, namespace: str, items: Sequence[tuple[bytes | str, int]]
+    ) -> list[LeaseLostError | None]:
+        """As ``DedupStore.release_many`` (one ``ReleaseBatch`` RPC)."""
+        return await self._send(_release_batch_call(namespace, items))
+
+    async def unresolved(self, namespace: str, limit: int | None = None) -> list[Record]:
+        """As ``DedupClient.unresolved``."""
+        return await self._send(_unresolved_call(namespace, limit))
 
     async def stats(self) -> dict[str, Any]:
         """The server's ``DedupStore.stats()``."""

@@ -39,6 +39,8 @@ log = logging.getLogger("dedupstore.server")
 DEFAULT_LISTEN = "127.0.0.1:7411"
 DEFAULT_MAX_MESSAGE_BYTES = 4 << 20
 DEFAULT_MAX_BATCH = 10_000
+#: Most records one Unresolved reply carries (UnresolvedResponse.truncated says when more exist).
+MAX_UNRESOLVED_REPLY = 10_000
 DEFAULT_WORKERS = 32
 MAX_WORKERS = 1024
 
@@ -315,6 +317,53 @@ class DedupService(pb_grpc.DedupStoreServicer):
 
     def Stats(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         return self._run("Stats", context, lambda: pb.StatsResponse(json=json.dumps(self._store.stats())))
+
+    def _check_batch(self, method: str, n: int) -> None:
+        if n > self._limits.max_batch:
+            raise errors.InvalidInputError(
+                f"{method} takes at most {self._limits.max_batch} items per call (the server's --max-batch); got {n}"
+            )
+
+    @staticmethod
+    def _lease_lost(lost: list[errors.LeaseLostError | None]) -> Any:
+        reply = pb.LeasedBatchResponse()
+        reply.lease_lost.extend("" if e is None else str(e) for e in lost)
+        return reply
+
+    def CompleteBatch(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        def complete_batch() -> Any:
+            self._check_batch("CompleteBatch", len(request.items))
+            lost = self._store.complete_many(
+                request.namespace, [(it.key, it.token, it.outcome) for it in request.items]
+            )
+            self._committed("CompleteBatch")
+            return self._lease_lost(lost)
+
+        return self._run("CompleteBatch", context, complete_batch)
+
+    def ReleaseBatch(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        def release_batch() -> Any:
+            self._check_batch("ReleaseBatch", len(request.items))
+            lost = self._store.release_many(request.namespace, [(it.key, it.token) for it in request.items])
+            self._committed("ReleaseBatch")
+            return self._lease_lost(lost)
+
+        return self._run("ReleaseBatch", context, release_batch)
+
+    def Unresolved(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        def unresolved() -> Any:
+            limit = request.limit if request.HasField("limit") else MAX_UNRESOLVED_REPLY
+            if limit > MAX_UNRESOLVED_REPLY:
+                raise errors.InvalidInputError(
+                    f"Unresolved sends at most {MAX_UNRESOLVED_REPLY:,} records per call; got limit={limit:,}"
+                )
+            recs = self._store.unresolved(request.namespace, limit=limit + 1)
+            reply = pb.UnresolvedResponse(truncated=len(recs) > limit)
+            for rec in recs[:limit]:
+                wire.record_to_pb(rec, reply.records.add())
+            return reply
+
+        return self._run("Unresolved", context, unresolved)
 
 
 # ------------------------------------------------------------------ the server

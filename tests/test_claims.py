@@ -5,7 +5,7 @@ the ``authority`` fixture runs three times, against the embedded ``DedupStore``,
 a ``DedupClient`` and an ``AsyncDedupClient`` of a server over the same store
 (tests/conftest.py), so "the same verdicts embedded and shared" is checked, not
 claimed. ``store`` is the store itself, for what only the embedded API has
-(``ensure_namespace``, ``unresolved``, ``complete_many``, ``release_many``).
+(``ensure_namespace``, eviction).
 """
 
 from __future__ import annotations
@@ -278,20 +278,21 @@ def test_unknown_namespace(authority: Any) -> None:
         authority.claim("nope", "k")
 
 
-def test_unresolved_lists_pending_and_unknown(store: DedupStore, clock: FakeClock) -> None:
-    a = store.claim(NS, "a")
+def test_unresolved_lists_pending_and_unknown(authority: Any, clock: FakeClock) -> None:
+    a = authority.claim(NS, "a")
     clock.advance(1)
-    store.claim(NS, "b")
-    c = store.claim(NS, "c")
+    authority.claim(NS, "b")
+    c = authority.claim(NS, "c")
     assert c.token is not None and a.token is not None
-    store.complete(NS, "c", c.token)
+    authority.complete(NS, "c", c.token)
     clock.advance(29.5)
-    recs = store.unresolved(NS)
+    recs = authority.unresolved(NS)
     assert [r.key for r in recs] == [b"a", b"b"]
     assert [r.state for r in recs] == [RecordState.UNKNOWN, RecordState.PENDING]
-    store.release(NS, "a", a.token)
-    assert [r.key for r in store.unresolved(NS)] == [b"b"]
-    assert store.stats()["namespaces"][NS]["unresolved"] == 1
+    assert [r.key for r in authority.unresolved(NS, limit=1)] == [b"a"]
+    authority.release(NS, "a", a.token)
+    assert [r.key for r in authority.unresolved(NS)] == [b"b"]
+    assert authority.stats()["namespaces"][NS]["unresolved"] == 1
 
 
 @pytest.mark.parametrize("authority", ["embedded", "sync"], indirect=True)  # async: test_service.py
@@ -348,23 +349,24 @@ def test_stats_counts_verdicts(authority: Any) -> None:
     json.dumps(stats)
 
 
-def test_complete_many_applies_valid_items_and_reports_stale_ones(store: DedupStore) -> None:
-    batch = store.claim_many(NS, [f"k{i}" for i in range(20)])
+def test_complete_many_applies_valid_items_and_reports_stale_ones(authority: Any) -> None:
+    batch = authority.claim_many(NS, [f"k{i}" for i in range(20)])
     items: list[tuple[bytes | str, int, bytes | str]] = [
         (r.key, r.token, f"out{i}") for i, r in enumerate(batch) if r.token is not None
     ]
     items.append(("k0", 12345, b"stale"))
-    results = store.complete_many(NS, items)
+    results = authority.complete_many(NS, items)
     assert len(results) == 21
     assert results[:20] == [None] * 20
-    assert isinstance(results[20], LeaseLostError)
-    assert store.claim(NS, "k7").outcome == b"out7"
-    assert store.claim(NS, "k0").outcome == b"out0"
+    assert isinstance(results[20], LeaseLostError) and "12345" in str(results[20])
+    assert authority.claim(NS, "k7").outcome == b"out7"
+    assert authority.claim(NS, "k0").outcome == b"out0"
+    assert authority.complete_many(NS, items[:3]) == [None] * 3  # the same completion again: a no-op
 
 
-def test_release_many(store: DedupStore) -> None:
-    batch = store.claim_many(NS, ["a", "b", "c"])
-    results = store.release_many(NS, [(r.key, r.token) for r in batch if r.token is not None] + [("a", 99)])
+def test_release_many(authority: Any) -> None:
+    batch = authority.claim_many(NS, ["a", "b", "c"])
+    results = authority.release_many(NS, [(r.key, r.token) for r in batch if r.token is not None] + [("a", 99)])
     assert results[:3] == [None, None, None]
     assert isinstance(results[3], LeaseLostError)
-    assert [store.lookup(NS, k) for k in "abc"] == [None, None, None]
+    assert [authority.lookup(NS, k) for k in "abc"] == [None, None, None]

@@ -133,6 +133,34 @@ def test_batch_limit_is_exact_and_named(store: DedupStore) -> None:
         with pytest.raises(InvalidInputError, match=r"at most 50 keys .*--max-batch.*got 51"):
             client.claim_many(NS, [f"x{i}" for i in range(51)])
     assert store.lookup(NS, "x0") is None
+    batch = store.claim_many(NS, [f"y{i}" for i in range(51)])
+    items = [(r.key, r.token, b"done") for r in batch if r.token is not None]
+    with served(store, limits=Limits(max_batch=50)) as server, DedupClient(server.target) as client:
+        for call in (lambda: client.complete_many(NS, items), lambda: client.release_many(NS, [i[:2] for i in items])):
+            with pytest.raises(InvalidInputError, match=r"at most 50 items .*--max-batch.*got 51"):
+                call()
+    # nothing was completed or released
+    assert {f"y{i}".encode() for i in range(51)} <= {r.key for r in store.unresolved(NS)}
+
+
+def test_unresolved_over_the_cap_is_refused_without_a_limit(
+    store: DedupStore, clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dedupstore import server as server_module
+
+    monkeypatch.setattr(server_module, "MAX_UNRESOLVED_REPLY", 3)
+    for i in range(5):
+        store.claim(NS, f"u{i}")
+        clock.advance(1)
+    with served(store) as server, DedupClient(server.target) as client:
+        assert [r.key for r in client.unresolved(NS, limit=3)] == [b"u0", b"u1", b"u2"]
+        with pytest.raises(ServiceError, match=r"unresolved\('orders', limit=N\)") as info:
+            client.unresolved(NS)
+        assert info.value.code == "RESOURCE_EXHAUSTED"
+        with pytest.raises(InvalidInputError, match="at most 3 records per call; got limit=4"):
+            client.unresolved(NS, limit=4)
+        with pytest.raises(InvalidInputError, match="limit must be a non-negative int"):
+            client.unresolved(NS, limit=-1)
 
 
 def test_message_size_limit(store: DedupStore) -> None:

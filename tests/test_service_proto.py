@@ -29,6 +29,7 @@ def test_the_proto_ships_inside_the_package() -> None:
     assert service.full_name == "dedupstore.v1.DedupStore"
     assert [m.name for m in service.methods] == [
         "Claim", "ClaimBatch", "Complete", "Release", "Renew", "Lookup", "Stats",
+        "CompleteBatch", "ReleaseBatch", "Unresolved",
     ]
 
 

@@ -115,6 +115,22 @@ def test_a_retried_release_that_had_applied_says_so(store: DedupStore) -> None:
     assert store.lookup(NS, "k") is None
 
 
+def test_retried_batches_after_connection_reset(store: DedupStore) -> None:
+    batch = store.claim_many(NS, ["c1", "c2", "r1"])
+    c1, c2, r1 = (r.token for r in batch)
+    assert c1 is not None and c2 is not None and r1 is not None
+    # A completion is idempotent: the retry of an applied CompleteBatch succeeds.
+    with _through_resetting_proxy(store, "CompleteBatch") as (client, hook):
+        assert client.complete_many(NS, [("c1", c1, b"one"), ("c2", c2, b"two")]) == [None, None]
+    assert hook.calls == 2
+    assert store.claim(NS, "c2").outcome == b"two"
+    # A release is not: the retry's per-item answer says the first attempt may have applied.
+    with _through_resetting_proxy(store, "ReleaseBatch") as (client, hook):
+        (lost,) = client.release_many(NS, [("r1", r1)])
+    assert isinstance(lost, LeaseLostError) and "may have released" in str(lost)
+    assert store.lookup(NS, "r1") is None
+
+
 # ------------------------------------------------------ killed and restarted
 
 

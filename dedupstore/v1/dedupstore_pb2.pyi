@@ -211,3 +211,59 @@ class StatsResponse(_message.Message):
     JSON_FIELD_NUMBER: _ClassVar[int]
     json: str
     def __init__(self, json: _Optional[str] = ...) -> None: ...
+
+class CompleteItem(_message.Message):
+    __slots__ = ("key", "token", "outcome")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    key: bytes
+    token: int
+    outcome: bytes
+    def __init__(self, key: _Optional[bytes] = ..., token: _Optional[int] = ..., outcome: _Optional[bytes] = ...) -> None: ...
+
+class CompleteBatchRequest(_message.Message):
+    __slots__ = ("namespace", "items")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    items: _containers.RepeatedCompositeFieldContainer[CompleteItem]
+    def __init__(self, namespace: _Optional[str] = ..., items: _Optional[_Iterable[_Union[CompleteItem, _Mapping]]] = ...) -> None: ...
+
+class ReleaseItem(_message.Message):
+    __slots__ = ("key", "token")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    key: bytes
+    token: int
+    def __init__(self, key: _Optional[bytes] = ..., token: _Optional[int] = ...) -> None: ...
+
+class ReleaseBatchRequest(_message.Message):
+    __slots__ = ("namespace", "items")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    items: _containers.RepeatedCompositeFieldContainer[ReleaseItem]
+    def __init__(self, namespace: _Optional[str] = ..., items: _Optional[_Iterable[_Union[ReleaseItem, _Mapping]]] = ...) -> None: ...
+
+class LeasedBatchResponse(_message.Message):
+    __slots__ = ("lease_lost",)
+    LEASE_LOST_FIELD_NUMBER: _ClassVar[int]
+    lease_lost: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, lease_lost: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class UnresolvedRequest(_message.Message):
+    __slots__ = ("namespace", "limit")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    limit: int
+    def __init__(self, namespace: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class UnresolvedResponse(_message.Message):
+    __slots__ = ("records", "truncated")
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[Record]
+    truncated: bool
+    def __init__(self, records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., truncated: _Optional[bool] = ...) -> None: ...

@@ -71,6 +71,21 @@ class DedupStoreStub:
                 request_serializer=dedupstore_dot_v1_dot_dedupstore__pb2.StatsRequest.SerializeToString,
                 response_deserializer=dedupstore_dot_v1_dot_dedupstore__pb2.StatsResponse.FromString,
                 _registered_method=True)
+        self.CompleteBatch = channel.unary_unary(
+                '/dedupstore.v1.DedupStore/CompleteBatch',
+                request_serializer=dedupstore_dot_v1_dot_dedupstore__pb2.CompleteBatchRequest.SerializeToString,
+                response_deserializer=dedupstore_dot_v1_dot_dedupstore__pb2.LeasedBatchResponse.FromString,
+                _registered_method=True)
+        self.ReleaseBatch = channel.unary_unary(
+                '/dedupstore.v1.DedupStore/ReleaseBatch',
+                request_serializer=dedupstore_dot_v1_dot_dedupstore__pb2.ReleaseBatchRequest.SerializeToString,
+                response_deserializer=dedupstore_dot_v1_dot_dedupstore__pb2.LeasedBatchResponse.FromString,
+                _registered_method=True)
+        self.Unresolved = channel.unary_unary(
+                '/dedupstore.v1.DedupStore/Unresolved',
+                request_serializer=dedupstore_dot_v1_dot_dedupstore__pb2.UnresolvedRequest.SerializeToString,
+                response_deserializer=dedupstore_dot_v1_dot_dedupstore__pb2.UnresolvedResponse.FromString,
+                _registered_method=True)
 
 
 class DedupStoreServicer:
@@ -120,6 +135,24 @@ class DedupStoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CompleteBatch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseBatch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Unresolved(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DedupStoreServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -157,6 +190,21 @@ def add_DedupStoreServicer_to_server(servicer, server):
                     servicer.Stats,
                     request_deserializer=dedupstore_dot_v1_dot_dedupstore__pb2.StatsRequest.FromString,
                     response_serializer=dedupstore_dot_v1_dot_dedupstore__pb2.StatsResponse.SerializeToString,
+            ),
+            'CompleteBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompleteBatch,
+                    request_deserializer=dedupstore_dot_v1_dot_dedupstore__pb2.CompleteBatchRequest.FromString,
+                    response_serializer=dedupstore_dot_v1_dot_dedupstore__pb2.LeasedBatchResponse.SerializeToString,
+            ),
+            'ReleaseBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseBatch,
+                    request_deserializer=dedupstore_dot_v1_dot_dedupstore__pb2.ReleaseBatchRequest.FromString,
+                    response_serializer=dedupstore_dot_v1_dot_dedupstore__pb2.LeasedBatchResponse.SerializeToString,
+            ),
+            'Unresolved': grpc.unary_unary_rpc_method_handler(
+                    servicer.Unresolved,
+                    request_deserializer=dedupstore_dot_v1_dot_dedupstore__pb2.UnresolvedRequest.FromString,
+                    response_serializer=dedupstore_dot_v1_dot_dedupstore__pb2.UnresolvedResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -350,6 +398,87 @@ class DedupStore:
             '/dedupstore.v1.DedupStore/Stats',
             dedupstore_dot_v1_dot_dedupstore__pb2.StatsRequest.SerializeToString,
             dedupstore_dot_v1_dot_dedupstore__pb2.StatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompleteBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dedupstore.v1.DedupStore/CompleteBatch',
+            dedupstore_dot_v1_dot_dedupstore__pb2.CompleteBatchRequest.SerializeToString,
+            dedupstore_dot_v1_dot_dedupstore__pb2.LeasedBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dedupstore.v1.DedupStore/ReleaseBatch',
+            dedupstore_dot_v1_dot_dedupstore__pb2.ReleaseBatchRequest.SerializeToString,
+            dedupstore_dot_v1_dot_dedupstore__pb2.LeasedBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Unresolved(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dedupstore.v1.DedupStore/Unresolved',
+            dedupstore_dot_v1_dot_dedupstore__pb2.UnresolvedRequest.SerializeToString,
+            dedupstore_dot_v1_dot_dedupstore__pb2.UnresolvedResponse.FromString,
             options,
             channel_credentials,
             insecure,
