@@ -1,6 +1,6 @@
 """Checkpoints: what makes commits without an fsync each survive an OS crash.
 
-``flush``-mode partitions are LMDB environments opened with ``MDB_NOSYNC``: a
+Partitions are LMDB environments opened with ``MDB_NOSYNC``: a
 commit writes its pages and its meta page with ``write()`` and returns. A
 killed process loses nothing (the kernel has every page), but after an
 operating-system crash the disk holds some unknown subset of the writes since
@@ -20,35 +20,29 @@ crash:
    machine's boot id, and fsync that file. Records only move forward (a
    checkpoint older than the recorded one is not written).
 
-At open, if the record is a rollback target (not *clean*, below) from
-another boot, the machine has restarted since the last checkpoint, and
-anything the newest meta page names beyond T may be missing: both meta pages
-are overwritten with T's, which rolls the partition back to exactly the
-recorded snapshot, whose pages the pin kept untouched. In the same boot
-nothing is rolled back: the page cache holds every commit. ``flush`` mode
-checkpoints on ``store.flush()``, at ``flush_interval`` and at close.
+At open, if the record is from another boot, the machine has restarted since
+the last checkpoint, and anything the newest meta page names beyond T may be
+missing: both meta pages are overwritten with T's, which rolls the partition
+back to exactly the recorded snapshot, whose pages the pin kept untouched. In
+the same boot nothing is rolled back: the page cache holds every commit.
+``flush`` mode checkpoints on ``store.flush()``, at ``flush_interval`` and at
+close, so an OS crash takes at most the writes since the last of those.
 
-``sync``-mode partitions let LMDB fsync every commit (data, then the meta
-page), which needs no rollback. So that a restart does not roll *those*
-commits back to an older checkpoint, the two modes share a partition thus:
+``sync`` partitions commit the same way and also journal each commit
+(dedupstore/journal.py): its puts and deletes are appended to this process's
+journal segment and fdatasynced before the callers return. A checkpoint then
+also retires the segments its snapshot covers, and after a restart the
+rollback is followed by a replay of every journaled transaction after T.
+``sync`` mode checkpoints on ``store.flush()``, at ``flush_interval`` and at
+close too, which bounds the journal.
 
-- A flush-mode process holds a shared ``fcntl`` lock on byte 1 of the
-  checkpoint file from open to close (the kernel drops it if the process
-  dies), taken before its first commit.
-- After each sync commit, before its callers return, the sync process asks
-  (``F_GETLK``) whether any process holds that lock. If so, it checkpoints as
-  above. If not, and the record is not yet *clean*, it fsyncs the file and
-  writes a clean record: "no commit since lacks an fsync, never roll back".
-  Alone, a sync writer pays two syscalls and a 512-byte read per commit.
-- A checkpoint pin survives its process's death as a stale reader slot, so a
-  rollback target stays intact until a clean record replaces it; stale
-  slots are cleared only just after this process's own checkpoint or clean
-  record, when nothing can need them.
-
-Several flush processes each pin their own last checkpoint; since records
-only move forward, every live pin is at or before the recorded snapshot,
-which therefore stays intact while any of them lives. docs/format.md
-describes the file and docs/guarantees.md what each mode promises.
+Several processes share a partition, in either mode: every process pins its
+own last checkpoint, and since records only move forward every live pin is
+at or before the recorded snapshot, which therefore stays intact while any of
+them lives. A checkpoint pin survives its process's death as a stale reader
+slot; stale slots are cleared only just after this process's own checkpoint,
+when its pin protects the record. docs/format.md describes the files and
+docs/guarantees.md what each mode promises.
 """
 
 from __future__ import annotations
@@ -70,6 +64,7 @@ from typing import Any
 import lmdb
 
 from .errors import StoreFormatError
+from .journal import Journal, drop_dead
 
 CHECKPOINT_FILE = "checkpoint"
 MAGIC = b"DSCKPT\x00\x01"
@@ -81,13 +76,8 @@ _META_MAGIC = 0xBEEFC0DE
 _META_TXNID = 144 - META_AT  # txn id's offset inside MDB_meta
 # magic, seq, txnid, boot id, page size, meta length, flags; then the meta, then crc32
 _HEAD = struct.Struct("<8sQQ16sIII")
-#: Record flag: no writer commits without an fsync since this record, so
-#: LMDB's newest meta page is durable and nothing is ever rolled back.
-CLEAN = 0x1
+#: Record flags: none defined yet (reserved; written as 0).
 _CRC_AT = _HEAD.size + META_LEN
-#: struct flock (l_type, l_whence, l_start, l_len, l_pid), padded as C pads it.
-_FLOCK = "@hhqqi"
-_FLOCK_SIZE = 32
 #: Dead processes' reader slots (and so their pins) are cleared at most this often.
 READER_CHECK_S = 1.0
 
@@ -113,10 +103,6 @@ class Record:
     psize: int
     meta: bytes
     flags: int = 0
-
-    @property
-    def clean(self) -> bool:
-        return bool(self.flags & CLEAN)
 
     def pack(self) -> bytes:
         body = _HEAD.pack(MAGIC, self.seq, self.txnid, self.boot, self.psize, len(self.meta), self.flags) + self.meta
@@ -173,19 +159,6 @@ class CheckpointFile:
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
 
-    def hold_nosync(self) -> None:
-        """Announce, until this file is closed, that this process commits
-        without an fsync: a shared ``fcntl`` lock on byte 1 (the kernel drops
-        it when the process dies)."""
-        fcntl.lockf(self._fd, fcntl.LOCK_SH, 1, 1)
-
-    def nosync_writers(self) -> bool:
-        """Whether another process holds :meth:`hold_nosync` now (F_GETLK:
-        asks without taking anything)."""
-        probe = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 1, 1, 0)
-        got = fcntl.fcntl(self._fd, fcntl.F_GETLK, probe.ljust(_FLOCK_SIZE, b"\0"))
-        return struct.unpack_from(_FLOCK, got)[0] != fcntl.F_UNLCK
-
     def read(self) -> Record | None:
         """The newest intact record (under the lock, or a hint without it)."""
         return _newest(os.pread(self._fd, 2 * SLOT_SIZE, 0))
@@ -212,7 +185,7 @@ def rollback_due(directory: Path, rec: Record | None) -> bool:
     ``directory`` back to ``rec``: recorded in another boot, and the data
     file's newest meta page is not the recorded one."""
     data = directory / "data.mdb"
-    if rec is None or rec.clean or rec.boot == boot_id() or not data.exists():
+    if rec is None or rec.boot == boot_id() or not data.exists():
         return False
     metas = read_metas(data, rec.psize)
     for have in metas:
@@ -258,8 +231,11 @@ def recover(directory: Path, ckpt: CheckpointFile) -> int | None:
 class Checkpointer:
     """Pins, syncs and records one environment's snapshots."""
 
-    def __init__(self, env: lmdb.Environment, directory: Path, ckpt: CheckpointFile) -> None:
+    def __init__(
+        self, env: lmdb.Environment, directory: Path, ckpt: CheckpointFile, journal: Journal | None = None
+    ) -> None:
         self._env = env
+        self._journal = journal
         self._data = directory / "data.mdb"
         self._ckpt = ckpt
         self._psize = int(env.stat()["psize"])
@@ -270,22 +246,47 @@ class Checkpointer:
         self.count = 0
         self._next_reader_check = 0.0
 
+    def attach(self, journal: Journal) -> None:
+        """From now on, checkpoints also retire ``journal``'s covered segments."""
+        self._journal = journal
+
     def checkpoint(self, *, locked: bool = False) -> int:
         """Make every commit so far durable and recoverable as a rollback
         target; returns the snapshot's txn id. ``locked``: the caller holds
-        the checkpoint file's lock already."""
+        the checkpoint file's lock already. With a journal (sync mode), the
+        segments the checkpoint covers are deleted once it is recorded."""
         with self._lock:
-            pin, txnid, meta = self._pin_newest()
+            journal = self._journal
+            # Dead writers' segments, claimed before the pin: everything they
+            # committed is in the snapshot pinned next.
+            dead = journal.dead_segments() if journal is not None else []
             try:
-                self._env.sync(True)
-                if locked:
-                    self._ckpt.write(txnid, meta, self._psize)
+                obsolete = []
+                if journal is None:
+                    pin, txnid, meta = self._pin_newest()
                 else:
-                    with self._ckpt.locked():
+                    # Pin and rotate with no append of ours between: every
+                    # record in the old segments is of a txn the pin covers.
+                    with journal.lock:
+                        pin, txnid, meta = self._pin_newest()
+                        obsolete = journal.rotate()
+                try:
+                    self._env.sync(True)
+                    if locked:
                         self._ckpt.write(txnid, meta, self._psize)
-            except BaseException:
-                pin.abort()
-                raise
+                    else:
+                        with self._ckpt.locked():
+                            self._ckpt.write(txnid, meta, self._psize)
+                except BaseException:
+                    pin.abort()
+                    raise
+                if journal is not None:
+                    journal.drop(obsolete)
+                    drop_dead(dead)
+                    dead = []
+            finally:
+                for _, fd in dead:
+                    os.close(fd)
             old, self._pin = self._pin, pin
             if old is not None:
                 old.abort()
@@ -295,47 +296,6 @@ class Checkpointer:
             # snapshot, so clearing dead processes' pins cannot expose it.
             self._check_readers()
             return txnid
-
-    def mark_clean(self, *, locked: bool = False) -> bool:
-        """For a writer that fsyncs its own commits (sync mode): if no
-        process commits without an fsync, sync the file (their past commits
-        included) and record that nothing is to be rolled back any more.
-        False (nothing done) while such a writer is present."""
-        with self._lock:
-            if locked:
-                done = self._mark_clean()
-            else:
-                with self._ckpt.locked():
-                    done = self._mark_clean()
-            if done and self._pin is not None:
-                self._pin.abort()  # a clean record needs no pinned snapshot
-                self._pin = None
-            return done
-
-    def _mark_clean(self) -> bool:
-        if self._ckpt.nosync_writers():
-            return False
-        self._env.sync(True)
-        txnid = int(self._env.info()["last_txnid"])
-        # The meta is kept for inspection only: a clean record is never a rollback target.
-        meta = read_metas(self._data, self._psize)[txnid % 2]
-        self._ckpt.write(txnid, meta, self._psize, CLEAN)
-        self.durable_txnid = max(self.durable_txnid, txnid)
-        self._check_readers()
-        return True
-
-    def after_sync_commit(self) -> None:
-        """Sync mode, after each (fsynced) commit, before its callers return.
-        Alone, or beside other sync writers: LMDB's own sync commit is durable
-        and the record says clean; this costs two lock probes and a read.
-        Beside a flush-mode writer, whose commits are not fsynced and whose
-        record a restart rolls back to, this commit must be in a record too."""
-        if self._ckpt.nosync_writers():
-            self.checkpoint()
-            return
-        rec = self._ckpt.read()
-        if (rec is None or not rec.clean) and not self.mark_clean():
-            self.checkpoint()  # one arrived meanwhile
 
     def _check_readers(self) -> None:
         now = time.monotonic()

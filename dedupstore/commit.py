@@ -26,6 +26,7 @@ from typing import Any
 import lmdb
 
 from .errors import DedupError, StoreFullError
+from .journal import Journal, JournalTxn
 
 Op = Callable[[Any], Any]  # receives the write transaction, returns the caller's result
 
@@ -50,13 +51,18 @@ class GroupCommitter:
     """Serialises and batches the write transactions of one LMDB environment."""
 
     def __init__(
-        self, env: lmdb.Environment, describe: str, after_commit: Callable[[], Any] | None = None
+        self, env: lmdb.Environment, describe: str, journal: Journal | None = None,
+        codes: dict[int, int] | None = None, on_full: Callable[[], Any] | None = None,
     ) -> None:
         self._env = env
         self._describe = describe
-        #: Runs after each commit, before its callers are released (sync
-        #: mode's checkpoint); if it raises, every caller gets the error.
-        self._after_commit = after_commit
+        #: sync mode: each commit's writes are appended to the journal and
+        #: fdatasynced before its callers are released; if that fails, every
+        #: caller gets the error. ``codes``: database handle -> journal code.
+        self._journal = journal
+        self._codes = codes or {}
+        #: Called once when a batch finds the map full, before one retry.
+        self._on_full = on_full
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
         self._queue: list[_Waiter] = []
@@ -118,21 +124,15 @@ class GroupCommitter:
 
     def _execute(self, batch: list[_Waiter]) -> None:
         try:
-            txn = self._env.begin(write=True)
             try:
-                for w in batch:
-                    try:
-                        w.result = w.op(txn)
-                    except DedupError as exc:
-                        # Ops decide before they write, so a refused op (a stale
-                        # token, say) has changed nothing and the others proceed.
-                        w.error = exc
-                txn.commit()
-            except BaseException:
-                txn.abort()
-                raise
-            if self._after_commit is not None:
-                self._after_commit()
+                self._attempt(batch)
+            except lmdb.MapFullError:
+                if self._on_full is None:
+                    raise
+                # A checkpoint moves its pin, so LMDB may reuse the pages
+                # freed since the last one; then the batch gets one more try.
+                self._on_full()
+                self._attempt(batch)
         except lmdb.MapFullError:
             full = StoreFullError(
                 f"{self._describe} reached its map size ({self._env.info()['map_size']:,} bytes); "
@@ -148,3 +148,28 @@ class GroupCommitter:
             return
         self.commits += 1
         self.ops += len(batch)
+
+    def _attempt(self, batch: list[_Waiter]) -> None:
+        """One transaction for the batch; ops are re-run from scratch on a retry."""
+        journal = self._journal
+        txn = self._env.begin(write=True)
+        try:
+            txnid = txn.id()
+            jt = JournalTxn(txn, self._codes) if journal is not None else None
+            target = txn if jt is None else jt
+            for w in batch:
+                w.error = None
+                try:
+                    w.result = w.op(target)
+                except DedupError as exc:
+                    # Ops decide before they write, so a refused op (a stale
+                    # token, say) has changed nothing and the others proceed.
+                    w.error = exc
+            txn.commit()
+        except BaseException:
+            txn.abort()
+            raise
+        if journal is not None and jt is not None and jt.ops:
+            with journal.lock:
+                mark = journal.append(txnid, jt.ops)
+            journal.sync(mark)

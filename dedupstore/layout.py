@@ -34,11 +34,11 @@ FORMAT_KEY = b"format"
 NS_KEY = b"ns/"  # + name -> namespace config JSON
 NSID_KEY = b"nsid/"  # + 2-byte id -> name
 
-#: The durability modes (docs/guarantees.md). Neither uses a write map or
-#: asynchronous flushing. ``sync`` partitions are LMDB environments that fsync
-#: every commit; ``flush`` partitions commit with ``MDB_NOSYNC`` (``write()``
-#: only) and are made durable by checkpoints (dedupstore/checkpoint.py) on
-#: ``store.flush()``, every ``flush_interval`` and at close.
+#: The durability modes (docs/guarantees.md). Both open partitions with
+#: ``MDB_NOSYNC`` and no write map or asynchronous flushing (a commit writes
+#: its pages with ``write()``), made durable by checkpoints
+#: (dedupstore/checkpoint.py). ``sync`` also journals every commit and
+#: fdatasyncs the journal before the callers return (dedupstore/journal.py).
 DURABILITY = ("sync", "flush")
 
 

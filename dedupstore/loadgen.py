@@ -63,7 +63,7 @@ class LoadConfig:
     rate: float = 18_000.0
     duration: float = 30.0
     durability: str = "sync"
-    #: flush mode: the store's background checkpoint interval (seconds).
+    #: The store's background checkpoint interval (seconds).
     flush_interval: float = 1.0
     partitions: int | None = None
     mode: str = "poll"
@@ -236,7 +236,7 @@ class LoadReport:
             "rate": c.rate,
             "duration_seconds": c.duration,
             "durability": c.durability,
-            "flush_interval_seconds": c.flush_interval if c.durability == "flush" else None,
+            "flush_interval_seconds": c.flush_interval,
             "mode": c.mode,
             "batch": c.batch if c.mode == "batch" else (c.max_batch if c.mode == "poll" else 1),
             "path": self.path,

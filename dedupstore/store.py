@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import lmdb
 
-from . import _native, effects
+from . import _native, checkpoint, effects
 from .checkpoint import Checkpointer, CheckpointFile, recover
 from .commit import GroupCommitter
 from .errors import (
@@ -38,6 +38,8 @@ from .errors import (
     StoreFormatError,
     UnknownNamespaceError,
 )
+from .journal import Journal, replay
+from .journal import clear as clear_journal
 from .layout import (
     DEFAULT_MAP_SIZE,
     DURABILITY,
@@ -77,7 +79,7 @@ MAX_TOKEN = (1 << 63) - 1
 DEFAULT_EVICTION_RATE = 50_000.0
 DEFAULT_EVICTION_BATCH = 500
 MAX_EVICTION_RATE = 10_000_000.0
-#: flush mode: a background checkpoint at least this often (seconds).
+#: A background checkpoint at least this often (seconds).
 DEFAULT_FLUSH_INTERVAL = 1.0
 MIN_FLUSH_INTERVAL_S = 0.001
 MAX_FLUSH_INTERVAL_S = 3600.0
@@ -161,26 +163,34 @@ class _Partition:
             # it has already seen.
             raise StoreFormatError(f"{path} is missing: this store's partition {index} is gone; refusing to open")
         self.index = index
+        self.synced = durability == "sync"
+        self.journal: Journal | None = None
         self.ckpt = CheckpointFile(path)
         try:
             # Under the checkpoint file's lock: the first opener after a
-            # restart rolls back to the recorded checkpoint and records this
-            # boot before anyone else can open the environment and write.
+            # restart rolls back to the recorded checkpoint, replays the sync
+            # journal and records this boot before anyone else can write.
             with self.ckpt.locked():
+                rec = self.ckpt.read()
+                restarted = rec is not None and rec.boot != checkpoint.boot_id()
                 self.recovered_to = recover(path, self.ckpt)
-                if self.recovered_to is not None:
-                    log.warning(
-                        "dedupstore: %s: the machine restarted since this partition's last checkpoint; rolled "
-                        "back to it (txn %d): writes after it were never made durable", path, self.recovered_to,
-                    )
-                self.synced = durability == "sync"
-                if not self.synced:
-                    self.ckpt.hold_nosync()  # before this process's first commit without an fsync
-                self.env = open_env(path, map_size=map_size, max_dbs=4, synced=self.synced)
+                self.env = open_env(path, map_size=map_size, max_dbs=4, synced=False)
                 try:
                     self.records = self.env.open_db(b"records")
                     self.pending = self.env.open_db(b"pending")
                     self.meta = self.env.open_db(b"meta")
+                    self.replayed = 0
+                    if restarted:
+                        assert rec is not None
+                        self.replayed = replay(
+                            self.env, {1: self.records, 2: self.pending, 3: self.meta}, path, rec.txnid
+                        )
+                    if self.recovered_to is not None or self.replayed:
+                        log.warning(
+                            "dedupstore: %s: the machine restarted since this partition's last checkpoint (txn "
+                            "%d): rolled back to it, then replayed %d journaled sync-mode transactions; writes "
+                            "that were never made durable are gone", path, rec.txnid if rec else 0, self.replayed,
+                        )
                     with self.env.begin(write=True) as txn:
                         raw = txn.get(FORMAT_KEY, db=self.meta)
                         if raw is None:
@@ -188,8 +198,12 @@ class _Partition:
                         else:
                             check_partition_format(raw, info, index, path)
                     self.checkpointer = Checkpointer(self.env, path, self.ckpt)
-                    if not (self.synced and self.checkpointer.mark_clean(locked=True)):
-                        self.checkpointer.checkpoint(locked=True)
+                    self.checkpointer.checkpoint(locked=True)
+                    if restarted:
+                        clear_journal(path)  # every segment is a previous boot's, and now in the checkpoint
+                    if self.synced:
+                        self.journal = Journal(path)
+                        self.checkpointer.attach(self.journal)
                 except lmdb.Error as exc:
                     self.env.close()
                     raise StoreFormatError(f"{path} is not a valid dedupstore partition: {exc}") from None
@@ -199,20 +213,22 @@ class _Partition:
         except BaseException:
             self.ckpt.close()
             raise
-        # sync: LMDB fsyncs each commit; beside a flush-mode writer the
-        # commit is also checkpointed, before its callers return.
+        # sync: each group commit is journaled and the journal fdatasynced
+        # before its callers return (dedupstore/journal.py).
         self.committer = GroupCommitter(
-            self.env, f"partition {index} ({path})",
-            after_commit=self.checkpointer.after_sync_commit if self.synced else None,
+            self.env, f"partition {index} ({path})", journal=self.journal,
+            codes={id(self.records): 1, id(self.pending): 2, id(self.meta): 3},
+            on_full=self.checkpointer.checkpoint,
         )
         self.spaces: dict[int, _native.Space] = {}
         self.hasher = hasher
 
     def close(self) -> None:
-        """Checkpoint (flush mode), drop the pin and close the environment."""
+        """Checkpoint, drop the pin and the journal, close the environment."""
         try:
-            if not self.synced:
-                self.checkpointer.checkpoint()
+            self.checkpointer.checkpoint()
+            if self.journal is not None:
+                self.journal.close()
         finally:
             self.checkpointer.release()
             self.env.close()
@@ -282,9 +298,10 @@ class DedupStore:
         ``eviction_rate`` (entries per second; 0 turns the background thread
         off, leaving eviction to :meth:`evict`) and ``eviction_batch`` (entries
         per transaction) bound how fast records past their horizon are removed;
-        ``flush_interval`` (``flush`` mode only; seconds or a duration string)
-        is how often a background thread makes every write durable, so the
-        most an OS crash can take (docs/guarantees.md).
+        ``flush_interval`` (seconds or a duration string) is how often a
+        background thread checkpoints: in ``flush`` mode the most an OS crash
+        can take, in ``sync`` mode how much journal a restart may replay
+        (docs/guarantees.md).
         """
         if durability not in DURABILITY:
             raise InvalidInputError(f"durability must be one of {sorted(DURABILITY)}; got {durability!r}")
@@ -435,12 +452,12 @@ class DedupStore:
 
     def flush(self) -> None:
         """Make every write returned so far durable: a checkpoint of every
-        partition (docs/guarantees.md). In ``flush`` mode a background thread
-        also does this every ``flush_interval``; in ``sync`` mode every write
-        is durable when it returns, and this does nothing."""
+        partition (docs/guarantees.md). A background thread also does this
+        every ``flush_interval``. In ``sync`` mode every write is durable when
+        it returns already; a checkpoint only folds the journal into the data
+        file, so that a restart has less to replay."""
         self._check()
-        if self._durability == "flush":
-            self._checkpoint_all()
+        self._checkpoint_all()
 
     def _checkpoint_all(self) -> None:
         parts = self._parts
@@ -453,8 +470,6 @@ class DedupStore:
                 fut.result()
 
     def _start_flusher(self, interval: float) -> None:
-        if self._durability != "flush":
-            return
         self._flusher = threading.Thread(
             target=self._flush_every, args=(interval,), name=f"dedupstore-flush:{self._root}", daemon=True
         )
@@ -923,6 +938,10 @@ class DedupStore:
                     "bytes_used": size,
                     "commits": p.committer.commits,
                     "ops_committed": p.committer.ops,
+                    "checkpoints": p.checkpointer.count,
+                    "durable_txnid": p.checkpointer.durable_txnid,
+                    "journal_appends": p.journal.appends if p.journal is not None else 0,
+                    "journal_syncs": p.journal.syncs if p.journal is not None else 0,
                 }
             )
         namespaces = {}

@@ -37,9 +37,10 @@ from typing import Any
 
 import lmdb
 
-from . import _native
+from . import _native, checkpoint
 from .checkpoint import read_record, rollback_due
 from .errors import StoreAlreadyOpenError, StoreFormatError
+from .journal import JOURNAL_DIR
 from .layout import (
     DEFAULT_MAP_SIZE,
     FORMAT_KEY,
@@ -71,7 +72,7 @@ PROBLEM_KINDS = {
     "partition-extra": "a partition directory beyond the store's partition count",
     "partition-open": "a partition (or the meta) environment that LMDB cannot open, or a missing named database",
     "partition-format": "a partition format record that is absent, not ours, or names another store or index",
-    "recovery-pending": "the machine restarted since the last checkpoint: the next open rolls the partition back to it",
+    "recovery-pending": "the machine restarted since the last checkpoint: open rolls back to it, replays the journal",
     "lmdb-stat": "LMDB's own figures cannot be right (page size, depth, pages in use versus file and map size)",
     "lmdb-walk": "LMDB failed while walking a database: a page is unreachable or corrupt",
     "lmdb-count": "the entries walked differ from the count in the database header",
@@ -421,14 +422,18 @@ class _Verifier:
             self.problem(where, "partition-missing", f"{path} does not exist: this partition's records are gone")
             return None
         rec = read_record(path)
-        if rollback_due(path, rec):
+        journal = path / JOURNAL_DIR
+        replay_due = (
+            rec is not None and rec.boot != checkpoint.boot_id() and journal.is_dir() and any(journal.iterdir())
+        )
+        if rollback_due(path, rec) or replay_due:
             assert rec is not None
             # The newest meta page may name pages the crash never let reach
             # the disk: walking it could only report damage open() will undo.
             self.problem(
                 where, "recovery-pending",
                 f"the machine restarted since this partition's last checkpoint: the next open rolls it back to "
-                f"txn {rec.txnid} (writes after it were never made durable); its pages were not walked. Open "
+                f"txn {rec.txnid} and replays the sync-mode journal after it; its pages were not walked. Open "
                 f"the store once, then verify again",
             )
             return None

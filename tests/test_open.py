@@ -208,20 +208,22 @@ def test_a_truncated_data_file_is_refused_not_a_crash(tmp_path: Path) -> None:
 
 
 def test_a_file_ending_before_lmdbs_last_page_number_still_opens(tmp_path: Path) -> None:
-    # Found by the state machine: sealing and filtering empty generations then
-    # evicting them leaves a partition whose last transaction allocated a page
-    # and freed it again. LMDB counts that page in its last page number but
-    # never writes it, so the file ends a page early; that file is healthy.
+    # Found by the state machine (sealing and filtering empty generations,
+    # then evicting them): a partition whose last transaction allocated pages
+    # and freed them again. LMDB counts them in its last page number but never
+    # writes them, so the file ends early; that file is healthy. Made here
+    # directly, as such a transaction.
     clock = FakeClock(1_700_000_000.0)
     store = DedupStore.open(tmp_path / "s", partitions=1, clock=clock, eviction_rate=0)
     store.ensure_namespace("n", horizon=3600)
-    clock.advance(6 * 4050)
-    store.refresh_prefilter()
-    store.evict()
     store.close()
     data = tmp_path / "s" / "p000" / "data.mdb"
-    env = lmdb.open(str(data.parent), max_dbs=4, readonly=True, lock=False)
+    env = lmdb.open(str(data.parent), max_dbs=4)
     try:
+        meta = env.open_db(b"meta")
+        with env.begin(write=True) as txn:
+            txn.put(b"zz-scratch", b"x" * 20_000, db=meta)
+            txn.delete(b"zz-scratch", db=meta)
         assert (env.info()["last_pgno"] + 1) * env.stat()["psize"] > data.stat().st_size
     finally:
         env.close()

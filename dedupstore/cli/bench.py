@@ -49,7 +49,7 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser.add_argument("--durability", default="sync", choices=sorted(DURABILITY), help="default sync")
     parser.add_argument(
         "--flush-interval", default="1s", metavar="DURATION",
-        help="flush mode: how often the store's background checkpoint makes writes durable (default 1s)",
+        help="how often the store's background checkpoint runs (default 1s; in flush mode, what an OS crash may take)",
     )
     parser.add_argument("--partitions", type=int, default=None, help="partitions of a new store (default 4)")
     parser.add_argument(
