@@ -75,15 +75,16 @@ class JournalTxn:
         self, key: bytes, value: bytes, dupdata: bool = False, overwrite: bool = True, append: bool = False,
         db: Any = None,
     ) -> bool:
-        done = bool(self._txn.put(key, value, dupdata, overwrite, append, db))
+        done: bool = self._txn.put(key, value, dupdata, overwrite, append, db)
         if done:
-            self.ops.append((PUT, self._codes[id(db)], bytes(key), bytes(value)))
+            # Keys and values arrive as bytes (the engine makes them so).
+            self.ops.append((PUT, self._codes[id(db)], key, value))
         return done
 
     def delete(self, key: bytes, value: bytes = b"", db: Any = None) -> bool:
-        done = bool(self._txn.delete(key, value, db))
+        done: bool = self._txn.delete(key, value, db)
         if done:
-            self.ops.append((DELETE, self._codes[id(db)], bytes(key), b""))
+            self.ops.append((DELETE, self._codes[id(db)], key, b""))
         return done
 
     def cursor(self, db: Any = None) -> _JournalCursor:
@@ -116,7 +117,14 @@ class _JournalCursor:
 
 
 def encode(txnid: int, ops: list[tuple[int, int, bytes, bytes]]) -> bytes:
-    payload = b"".join(_OP.pack(op, db, len(k), len(v)) + k + v for op, db, k, v in ops)
+    pack = _OP.pack
+    parts: list[bytes] = []
+    add = parts.append
+    for op, db, k, v in ops:
+        add(pack(op, db, len(k), len(v)))
+        add(k)
+        add(v)
+    payload = b"".join(parts)
     head = _HEAD.pack(MAGIC, len(payload), txnid)
     return head + payload + _CRC.pack(zlib.crc32(head[4:] + payload))
 

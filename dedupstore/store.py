@@ -717,21 +717,20 @@ class DedupStore:
         )
 
     def _write_partitions(self, writes: Sequence[tuple[_Partition, Callable[[Any], Any]]]) -> None:
-        """Run one write op per partition, each in that partition's group commit."""
-        if len(writes) == 1 or self._durability == "flush":
-            # flush mode commits without an fsync: handing partitions to
-            # threads would cost more in wake-ups and GIL hand-offs than the
-            # commits themselves (docs/benchmarks.md).
-            for part, op in writes:
+        """Run one write op per partition, each in that partition's group
+        commit, in the caller's thread. A commit costs no fsync (flush) or one
+        short sequential journal fdatasync (sync): handing partitions to
+        threads costs more in wake-ups and GIL hand-offs than it overlaps
+        (docs/benchmarks.md). Every partition is written even if one fails;
+        the first error is raised."""
+        first: BaseException | None = None
+        for part, op in writes:
+            try:
                 part.committer.run(op)
-        elif writes:
-            # Each partition's checkpoint waits on its own fsyncs with the GIL
-            # released; running them side by side overlaps those waits.
-            futures = [self._executor().submit(part.committer.run, op) for part, op in writes]
-            errors = [f.exception() for f in futures]
-            for err in errors:
-                if err is not None:
-                    raise err
+            except BaseException as exc:
+                first = first or exc
+        if first is not None:
+            raise first
 
     def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:
