@@ -660,7 +660,7 @@ class DedupStore:
         claimant: bytes | str | None = None,
     ) -> BatchResult:
         """Claim many keys at once: one transaction per partition touched,
-        partitions committed in parallel; verdicts in input order."""
+        partitions written one after another; verdicts in input order."""
         self._check()
         ns = self._namespace(namespace)
         n = len(keys)
