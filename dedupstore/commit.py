@@ -1,12 +1,13 @@
 """Group commit: writers to one partition share a transaction and its fsync.
 
 A thread that finds no commit in flight becomes the leader: it takes every
-operation queued so far, runs them in one LMDB write transaction, commits once
-(in sync mode LMDB fsyncs it, with the GIL released, so others keep queueing;
-dedupstore/checkpoint.py says when a checkpoint follows), then hands
+operation queued so far, runs them in one LMDB write transaction and commits
+once (no fsync: dedupstore/checkpoint.py). In sync mode it then appends the
+transaction's writes to the journal and fdatasyncs it (dedupstore/journal.py;
+the GIL is released meanwhile, so others keep queueing). Then it hands
 leadership to the first waiter that arrived meanwhile. With one caller this
-is exactly one transaction per call; with eight, one fsync serves up to eight
-claims.
+is exactly one transaction per call; with eight, one fdatasync serves up to
+eight claims.
 
 A leader lingers: when the last commit carried more operations than are
 queued now, the callers it released are probably about to queue again, so the

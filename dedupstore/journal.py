@@ -59,8 +59,8 @@ class JournalTxn:
 
     It passes every call through to the real transaction and records each put
     that wrote and each delete that removed something; cursors opened through
-    it record their deletes too. ``dbs`` maps each named database handle to
-    its journal code.
+    it record their deletes too. ``codes`` maps each named database handle's
+    ``id()`` to its journal code.
     """
 
     __slots__ = ("_txn", "_codes", "ops", "get")
