@@ -6,6 +6,11 @@ pass. The child (_crash_child.py) follows a plan that is a pure function of its
 run number and acknowledges each returned call with one write to stdout, so the
 parent knows each key's state exactly, except for the one call in flight at the
 kill, whose keys may or may not have committed.
+
+In sync mode the test also copies the store as some kills left it and opens
+each copy after a simulated restart (another boot id): every partition rolls
+back to its last checkpoint and replays the journal, and every write
+acknowledged by then must be back.
 """
 
 from __future__ import annotations
