@@ -74,9 +74,9 @@ META_AT = 16
 META_LEN = 136
 _META_MAGIC = 0xBEEFC0DE
 _META_TXNID = 144 - META_AT  # txn id's offset inside MDB_meta
-# magic, seq, txnid, boot id, page size, meta length, flags; then the meta, then crc32
+# magic, seq, txnid, boot id, page size, meta length, flags (reserved: 0);
+# then the meta, then crc32
 _HEAD = struct.Struct("<8sQQ16sIII")
-#: Record flags: none defined yet (reserved; written as 0).
 _CRC_AT = _HEAD.size + META_LEN
 #: Dead processes' reader slots (and so their pins) are cleared at most this often.
 READER_CHECK_S = 1.0

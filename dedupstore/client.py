@@ -70,6 +70,10 @@ class _Call:
     note_on_retry: str = ""  # appended to a LeaseLostError met by a retry
 
 
+#: Appended to a LeaseLostError met by a retried release: the first attempt may have applied.
+_RELEASE_RETRY_NOTE = " (this was a retry after a lost reply: the first attempt may have released it)"
+
+
 def _request_id() -> bytes:
     return b"rq-" + uuid.uuid4().hex.encode()
 
@@ -191,7 +195,7 @@ def _release_call(namespace: str, key: bytes | str, token: int) -> _Call:
     req = pb.ReleaseRequest(namespace=check_name(namespace), key=_native.key_bytes(key), token=_token(token))
     return _Call(
         "Release", req, lambda _resp: None,
-        note_on_retry=" (this was a retry after a lost reply: the first attempt may have released it)",
+        note_on_retry=_RELEASE_RETRY_NOTE,
     )
 
 
@@ -232,7 +236,7 @@ def _release_batch_call(namespace: str, items: Sequence[tuple[bytes | str, int]]
         req.items.add(key=_native.key_bytes(key), token=_token(token))
     return _Call(
         "ReleaseBatch", req, _leased_batch(len(items)),
-        note_on_retry=" (this was a retry after a lost reply: the first attempt may have released it)",
+        note_on_retry=_RELEASE_RETRY_NOTE,
     )
 
 

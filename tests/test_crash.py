@@ -146,6 +146,16 @@ def account(run: int, lines: list[str], exp: Expected) -> list[str]:
     return acked
 
 
+def _completed_are_there(store: DedupStore, completed: dict[str, int], parents: dict[str, bytes], where: str) -> None:
+    for key, token in completed.items():
+        rec = store.lookup(NS, key)
+        assert rec is not None, f"acknowledged DONE {key} lost{where}"
+        assert (rec.state, rec.token, rec.outcome) == (RecordState.COMPLETED, token, outcome_of(key)), key
+    for key, outcome in parents.items():
+        rec = store.lookup(NS, key)
+        assert rec is not None and rec.outcome == outcome, f"{key}{where}"
+
+
 def _image_at_kill(
     observer: DedupStore, path: Path, dest: Path, exp: Expected, parent_keys: dict[str, bytes]
 ) -> tuple[Path, Expected, dict[str, bytes]]:
@@ -248,13 +258,7 @@ def test_acknowledged_writes_survive_sigkill(tmp_path: Path, durability: str) ->
                     continue
             assert (rec.state, rec.token) == (RecordState.PENDING, token), (key, rec)
             found_pending.add(key)
-        for key, token in exp.completed.items():
-            rec = store.lookup(NS, key)
-            assert rec is not None, f"acknowledged DONE {key} lost"
-            assert (rec.state, rec.token, rec.outcome) == (RecordState.COMPLETED, token, outcome_of(key)), key
-        for key, outcome in parent_keys.items():
-            rec = store.lookup(NS, key)
-            assert rec is not None and rec.outcome == outcome, key
+        _completed_are_there(store, exp.completed, parent_keys, "")
         in_flight_written: set[str] = set()
         for key in exp.claim_in_flight:
             rec = store.lookup(NS, key)
@@ -300,13 +304,7 @@ def test_acknowledged_writes_survive_sigkill(tmp_path: Path, durability: str) ->
             for key, token in then.pending.items():
                 rec = store.lookup(NS, key)
                 assert rec is not None and rec.token == token, f"acknowledged NEW {key} lost in {image.name}"
-            for key, token in then.completed.items():
-                rec = store.lookup(NS, key)
-                assert rec is not None, f"acknowledged DONE {key} lost in {image.name}"
-                assert (rec.state, rec.token, rec.outcome) == (RecordState.COMPLETED, token, outcome_of(key)), key
-            for key, outcome in parents.items():
-                rec = store.lookup(NS, key)
-                assert rec is not None and rec.outcome == outcome, key
+            _completed_are_there(store, then.completed, parents, f" in {image.name}")
             replayed += sum(p.replayed for p in store._parts)  # noqa: SLF001
         assert verify_store(image).ok
     if images:
