@@ -304,25 +304,26 @@ class Checkpointer:
             self._env.reader_check()
 
     def _pin_newest(self) -> tuple[Any, int, bytes]:
-        while True:
+        # Under the writer lock no commit (and so no meta page write) can
+        # happen: the read transaction begun now is at the newest snapshot,
+        # and that snapshot's meta page is stable while it is read.
+        w = self._env.begin(write=True)
+        try:
             pin = self._env.begin()
             txnid = pin.id()
-            # The writer lock keeps every commit (and so every meta page
-            # write) out while the meta is read. The next write txn's id is
-            # txnid + 1 exactly when nothing committed since the pin began.
-            w = self._env.begin(write=True)
             try:
-                if w.id() == txnid + 1:
-                    meta = read_metas(self._data, self._psize)[txnid % 2]
-                    if meta_txnid(meta) != txnid:
-                        raise StoreFormatError(
-                            f"{self._data}: meta page {txnid % 2} holds txn {meta_txnid(meta)}, not the "
-                            f"newest committed txn {txnid}; the file was changed outside LMDB"
-                        )
-                    return pin, txnid, meta
-            finally:
-                w.abort()
-            pin.abort()
+                meta = read_metas(self._data, self._psize)[txnid % 2]
+                if meta_txnid(meta) != txnid or w.id() != txnid + 1:
+                    raise StoreFormatError(
+                        f"{self._data}: meta page {txnid % 2} holds txn {meta_txnid(meta)}, not the "
+                        f"newest committed txn {txnid}; the file was changed outside LMDB"
+                    )
+            except BaseException:
+                pin.abort()
+                raise
+            return pin, txnid, meta
+        finally:
+            w.abort()
 
     def release(self) -> None:
         with self._lock:
