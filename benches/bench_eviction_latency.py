@@ -5,9 +5,11 @@ past their one-hour horizon, then drives it with an open-loop stream of new
 keys at ``--rate`` events/s for ``--seconds``: due events are claimed with
 ``claim_many`` (as a consumer claims what it polled) and completed, and each
 event's latency is measured from its scheduled time (a stall shows, it is not
-hidden). The backlog is loaded without fsync, as bench_scale.py loads, and
-flushed to disk before the measured part. One run has the background evictor off (``eviction_rate=0``); the
-other has it on at its default rate, deleting the backlog while the claims run.
+hidden). The backlog is loaded in ``flush`` mode (no fsync per commit, a
+checkpoint a second), as bench_scale.py loads, and flushed to disk before the
+measured part. One run has the background evictor off (``eviction_rate=0``);
+the other has it on at its default rate, deleting the backlog while the
+claims run.
 Run from outside the source tree:
 
     cd /tmp && python /path/to/benches/bench_eviction_latency.py [--rate 5000] [--seconds 10] [--json]

@@ -38,10 +38,11 @@ MAX_LINGER_S = 0.0005
 
 
 class _Waiter:
-    __slots__ = ("op", "result", "error", "event", "lead")
+    __slots__ = ("op", "durable", "result", "error", "event", "lead")
 
-    def __init__(self, op: Op) -> None:
+    def __init__(self, op: Op, durable: bool) -> None:
         self.op = op
+        self.durable = durable
         self.result: Any = None
         self.error: BaseException | None = None
         self.event: threading.Event | None = None
@@ -54,6 +55,7 @@ class GroupCommitter:
     def __init__(
         self, env: lmdb.Environment, describe: str, journal: Journal | None = None,
         codes: dict[int, int] | None = None, on_full: Callable[[], Any] | None = None,
+        checkpoint: Callable[[], Any] | None = None, others: Callable[[], bool] | None = None,
     ) -> None:
         self._env = env
         self._describe = describe
@@ -64,6 +66,13 @@ class GroupCommitter:
         self._codes = codes or {}
         #: Called once when a batch finds the map full, before one retry.
         self._on_full = on_full
+        #: sync mode beside other writer processes: a journal record of ours
+        #: could be replayed without a commit of theirs it was built on, so
+        #: while ``others()`` (asked under the writer lock), and for the first
+        #: commit after they leave, a durable commit is checkpointed instead.
+        self._checkpoint = checkpoint
+        self._others = others
+        self._was_shared = True
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
         self._queue: list[_Waiter] = []
@@ -74,8 +83,12 @@ class GroupCommitter:
         self.commits = 0
         self.ops = 0
 
-    def run(self, op: Op) -> Any:
-        waiter = _Waiter(op)
+    def run(self, op: Op, *, durable: bool = True) -> Any:
+        """Run ``op`` in a group commit and return its result. ``durable=False``
+        (maintenance: eviction, sealing, filters) journals the writes but does
+        not wait for them to reach the disk: the next durable commit's
+        fdatasync carries them, as it carries everything appended before it."""
+        waiter = _Waiter(op, durable)
         with self._lock:
             self._queue.append(waiter)
             if self._busy:
@@ -156,6 +169,13 @@ class GroupCommitter:
         txn = self._env.begin(write=True)
         try:
             txnid = txn.id()
+            if journal is not None and self._others is not None:
+                # Asked under the writer lock: no other process can commit
+                # between this answer and our commit.
+                shared = self._others()
+                if shared or self._was_shared:
+                    journal = None  # checkpointed below instead
+                self._was_shared = shared
             jt = JournalTxn(txn, self._codes) if journal is not None else None
             target = txn if jt is None else jt
             for w in batch:
@@ -170,7 +190,11 @@ class GroupCommitter:
         except BaseException:
             txn.abort()
             raise
+        durable = any(w.durable for w in batch)
         if journal is not None and jt is not None and jt.ops:
             with journal.lock:
                 mark = journal.append(txnid, jt.ops)
-            journal.sync(mark)
+            if durable:
+                journal.sync(mark)
+        elif self._journal is not None and durable and self._checkpoint is not None:
+            self._checkpoint()

@@ -9,6 +9,11 @@ meta page. Checkpoints (dedupstore/checkpoint.py) fold the journal into the
 data file: after a checkpoint at txn T is recorded, segments holding only
 transactions up to T are deleted.
 
+Only while one process writes the partition: a record replayed without
+another process's commit it was built on would rebuild a state that never
+existed, so with another writer present (or for the first commit after one
+left) a durable commit is checkpointed instead (dedupstore/commit.py).
+
 After an operating-system crash, the first open rolls the partition back to
 the recorded checkpoint T and replays, in txn order, every journaled
 transaction after T. The replay is physical (the same puts and deletes), so

@@ -82,6 +82,8 @@ MAX_EVICTION_RATE = 10_000_000.0
 #: A background checkpoint at least this often (seconds).
 DEFAULT_FLUSH_INTERVAL = 1.0
 MIN_FLUSH_INTERVAL_S = 0.001
+#: Between checkpoints, writeback of the data files is started this often.
+TRICKLE_S = 0.02
 MAX_FLUSH_INTERVAL_S = 3600.0
 MAX_EVICTION_BATCH = 100_000
 #: Target false-positive rate of each generation's filter.
@@ -174,6 +176,7 @@ class _Partition:
                 rec = self.ckpt.read()
                 restarted = rec is not None and rec.boot != checkpoint.boot_id()
                 self.recovered_to = recover(path, self.ckpt)
+                self.ckpt.hold_writer()  # before this process's first commit
                 self.env = open_env(path, map_size=map_size, max_dbs=4, synced=False)
                 try:
                     self.records = self.env.open_db(b"records")
@@ -218,7 +221,8 @@ class _Partition:
         self.committer = GroupCommitter(
             self.env, f"partition {index} ({path})", journal=self.journal,
             codes={id(self.records): 1, id(self.pending): 2, id(self.meta): 3},
-            on_full=self.checkpointer.checkpoint,
+            on_full=self.checkpointer.checkpoint, checkpoint=self.checkpointer.checkpoint,
+            others=self.ckpt.other_writers,
         )
         self.spaces: dict[int, _native.Space] = {}
         self.hasher = hasher
@@ -478,8 +482,17 @@ class DedupStore:
     def _flush_every(self, interval: float) -> None:
         # Bounds what an OS crash can take in flush mode, and how long a pin
         # keeps LMDB from reusing freed pages (so how far the file can grow).
-        while not self._stop.wait(interval):
+        # Between checkpoints it starts writeback of what commits wrote every
+        # TRICKLE_S, so that no checkpoint meets a burst.
+        tick = min(interval, TRICKLE_S)
+        next_checkpoint = time.monotonic() + interval
+        while not self._stop.wait(tick):
             try:
+                if time.monotonic() < next_checkpoint:
+                    for p in self._parts:
+                        p.checkpointer.trickle()
+                    continue
+                next_checkpoint = time.monotonic() + interval
                 for p in self._parts:
                     if p.env.info()["last_txnid"] != p.checkpointer.durable_txnid:
                         p.checkpointer.checkpoint()
@@ -1060,7 +1073,7 @@ class DedupStore:
             for part, space in zip(self._parts, ns.spaces, strict=True):
                 target = space.generation(now) - 2
                 if target >= space.oldest:
-                    part.committer.run(functools.partial(space.seal, gen=target))
+                    part.committer.run(functools.partial(space.seal, gen=target), durable=False)
                 with part.env.begin() as txn:
                     sealed1, _, _ = space.generation_state(txn)
                     oldest = space.stored_oldest(txn)
@@ -1090,7 +1103,7 @@ class DedupStore:
                         bf = _native.BloomFilter(1, BLOOM_FP_RATE, self._bloom_tag)  # empty: rules every key out
                     blob = bf.to_bytes()
                     key = _native.bloom_key(ns.prefix, g)
-                    part.committer.run(functools.partial(_put_meta, key=key, value=blob, db=part.meta))
+                    part.committer.run(functools.partial(_put_meta, key=key, value=blob, db=part.meta), durable=False)
                     space.blooms[g] = bf
                     done["built"] += 1
                     if budget is not None:
