@@ -8,7 +8,8 @@ store or environment, all on the same filesystem (``--dir``, default /tmp).
     (a) single ``claim`` of new keys, durability "sync", vs raw py-lmdb: one
         ``txn.put(key, value, overwrite=False)`` per write transaction with
         sync=True, metasync=True and a value the size of our record.
-    (b) the same in durability "flush" vs raw with metasync=False.
+    (b) the same in durability "flush" vs raw with sync=False (no fsync at
+        all and so not crash-safe: the cheapest raw LMDB).
     (c) ``claim_many`` of 1000 new keys vs raw: 1000 puts in one write
         transaction; both durability modes, default partitions and partitions=1.
     (d) durability "sync", 8 threads calling ``claim`` vs 1 thread, and raw

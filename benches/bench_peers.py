@@ -22,13 +22,13 @@ a duplicate from a conflict.
                  batches: inside ``cache.transact()``
 
 Durability is matched as closely as each allows, for ``--durability flush``
-(the default here): dedupstore flush and raw py-lmdb ``sync=True,
-metasync=False`` fsync the data at each commit; sqlite3 ``synchronous=FULL``
-fsyncs the WAL at each commit; Redis appends every write to its AOF before
-replying and fsyncs it once a second (``appendfsync everysec``); diskcache
-keeps its defaults (WAL, ``synchronous=NORMAL``: no fsync per commit). Only
-the first two are crash-safe at the same point; Redis and diskcache are
-*weaker*, which favours them.
+(the default here): dedupstore flush commits without an fsync and
+checkpoints once a second (an OS crash loses at most that second); raw
+py-lmdb ``sync=False`` never fsyncs (and is not crash-safe); sqlite3
+``synchronous=FULL`` fsyncs the WAL at each commit; Redis appends every write
+to its AOF before replying and fsyncs it once a second (``appendfsync
+everysec``), the nearest promise to ours; diskcache keeps its defaults (WAL,
+``synchronous=NORMAL``: no fsync per commit).
 
 Three shapes: ``single`` (the first ``--single-events`` events, one claim per
 call, each its own commit or round trip), ``repeat`` (the same events again:

@@ -196,18 +196,15 @@ class CheckpointFile:
         """The newest intact record (under the lock, or a hint without it)."""
         return _newest(os.pread(self._fd, 2 * SLOT_SIZE, 0))
 
-    def write(self, txnid: int, meta: bytes, psize: int, flags: int = 0) -> bool:
-        """Record snapshot ``txnid`` durably, unless this boot has recorded a
-        newer one, or this one alike, already (caller holds the lock). True
-        if written."""
+    def write(self, txnid: int, meta: bytes, psize: int) -> bool:
+        """Record snapshot ``txnid`` durably, unless this boot has recorded it
+        or a newer one already (caller holds the lock). True if written."""
         boot = boot_id()
         last = self.read()
-        if last is not None and last.boot == boot and (
-            last.txnid > txnid or (last.txnid == txnid and last.flags == flags)
-        ):
+        if last is not None and last.boot == boot and last.txnid >= txnid:
             return False
         seq = 0 if last is None else last.seq + 1
-        rec = Record(seq, txnid, boot, psize, meta, flags)
+        rec = Record(seq, txnid, boot, psize, meta)
         os.pwrite(self._fd, rec.pack(), (seq % 2) * SLOT_SIZE)
         os.fdatasync(self._fd)
         return True
@@ -278,6 +275,7 @@ class Checkpointer:
         self.durable_txnid = 0
         self.count = 0
         self._next_reader_check = 0.0
+        self._data_fd = -1  # for trickle(), opened on first use
 
     def attach(self, journal: Journal) -> None:
         """From now on, checkpoints also retire ``journal``'s covered segments."""
@@ -337,11 +335,10 @@ class Checkpointer:
         the journal's fdatasyncs behind a burst (docs/benchmarks.md)."""
         if _sync_file_range is None:
             return
-        fd = os.open(self._data, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            _sync_file_range(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
-        finally:
-            os.close(fd)
+        with self._lock:
+            if self._data_fd < 0:
+                self._data_fd = os.open(self._data, os.O_RDONLY | os.O_CLOEXEC)
+            _sync_file_range(self._data_fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
 
     def _check_readers(self) -> None:
         now = time.monotonic()
@@ -376,3 +373,6 @@ class Checkpointer:
             if self._pin is not None:
                 self._pin.abort()
                 self._pin = None
+            if self._data_fd >= 0:
+                os.close(self._data_fd)
+                self._data_fd = -1

@@ -54,8 +54,8 @@ class GroupCommitter:
 
     def __init__(
         self, env: lmdb.Environment, describe: str, journal: Journal | None = None,
-        codes: dict[int, int] | None = None, on_full: Callable[[], Any] | None = None,
-        checkpoint: Callable[[], Any] | None = None, others: Callable[[], bool] | None = None,
+        codes: dict[int, int] | None = None, checkpoint: Callable[[], Any] | None = None,
+        others: Callable[[], bool] | None = None,
     ) -> None:
         self._env = env
         self._describe = describe
@@ -64,12 +64,12 @@ class GroupCommitter:
         #: caller gets the error. ``codes``: database handle -> journal code.
         self._journal = journal
         self._codes = codes or {}
-        #: Called once when a batch finds the map full, before one retry.
-        self._on_full = on_full
-        #: sync mode beside other writer processes: a journal record of ours
-        #: could be replayed without a commit of theirs it was built on, so
-        #: while ``others()`` (asked under the writer lock), and for the first
-        #: commit after they leave, a durable commit is checkpointed instead.
+        #: Runs once when a batch finds the map full, before one retry (the
+        #: pin moves, so freed pages become reusable). In sync mode beside
+        #: other writer processes, a journal record of ours could be replayed
+        #: without a commit of theirs it was built on, so while ``others()``
+        #: (asked under the writer lock), and for the first commit after they
+        #: leave, a durable commit is checkpointed instead.
         self._checkpoint = checkpoint
         self._others = others
         self._was_shared = True
@@ -141,11 +141,11 @@ class GroupCommitter:
             try:
                 self._attempt(batch)
             except lmdb.MapFullError:
-                if self._on_full is None:
+                if self._checkpoint is None:
                     raise
                 # A checkpoint moves its pin, so LMDB may reuse the pages
                 # freed since the last one; then the batch gets one more try.
-                self._on_full()
+                self._checkpoint()
                 self._attempt(batch)
         except lmdb.MapFullError:
             full = StoreFullError(

@@ -79,13 +79,13 @@ MAX_TOKEN = (1 << 63) - 1
 DEFAULT_EVICTION_RATE = 50_000.0
 DEFAULT_EVICTION_BATCH = 500
 MAX_EVICTION_RATE = 10_000_000.0
+MAX_EVICTION_BATCH = 100_000
 #: A background checkpoint at least this often (seconds).
 DEFAULT_FLUSH_INTERVAL = 1.0
 MIN_FLUSH_INTERVAL_S = 0.001
+MAX_FLUSH_INTERVAL_S = 3600.0
 #: Between checkpoints, writeback of the data files is started this often.
 TRICKLE_S = 0.02
-MAX_FLUSH_INTERVAL_S = 3600.0
-MAX_EVICTION_BATCH = 100_000
 #: Target false-positive rate of each generation's filter.
 BLOOM_FP_RATE = 0.01
 #: Filters the background thread builds per refresh (about one refresh a second).
@@ -221,8 +221,7 @@ class _Partition:
         self.committer = GroupCommitter(
             self.env, f"partition {index} ({path})", journal=self.journal,
             codes={id(self.records): 1, id(self.pending): 2, id(self.meta): 3},
-            on_full=self.checkpointer.checkpoint, checkpoint=self.checkpointer.checkpoint,
-            others=self.ckpt.other_writers,
+            checkpoint=self.checkpointer.checkpoint, others=self.ckpt.other_writers,
         )
         self.spaces: dict[int, _native.Space] = {}
         self.hasher = hasher

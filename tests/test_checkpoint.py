@@ -16,6 +16,7 @@ import random
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -248,8 +249,6 @@ def test_the_flush_thread_makes_writes_durable_within_the_interval(tmp_path: Pat
         store.claim(NS, "k", {"v": 1})
         parts = store._parts  # noqa: SLF001
         last = [p.env.info()["last_txnid"] for p in parts]
-        import time
-
         deadline = time.monotonic() + 10
         while any(p.checkpointer.durable_txnid < t for p, t in zip(parts, last, strict=True)):
             assert time.monotonic() < deadline, "no background checkpoint within 10 s at a 10 ms interval"
