@@ -15,6 +15,7 @@ The native extension is required: a broken build fails here, loudly.
 from . import _native  # noqa: F401  (import first: a missing build must fail at import)
 from .errors import (
     DedupError,
+    DurabilityError,
     EffectNotRunError,
     ForkedStoreError,
     InvalidDurationError,
@@ -45,6 +46,7 @@ __all__ = [
     "ClaimResult",
     "DedupError",
     "DedupStore",
+    "DurabilityError",
     "EffectNotRunError",
     "ForkedStoreError",
     "InvalidDurationError",

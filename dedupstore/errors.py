@@ -63,6 +63,16 @@ class StoreFullError(DedupError):
     """
 
 
+class DurabilityError(DedupError):
+    """The disk refused a sync-mode journal write (a failed fdatasync).
+
+    The kernel may have dropped the pages it could not write, so no write of
+    this handle is acknowledged any more: every later durable call raises
+    this too. Close and reopen the store; the reopen replays what did reach
+    the disk.
+    """
+
+
 class StoreFormatError(DedupError):
     """The directory is not a dedupstore store, is corrupt, or has another format version."""
 

@@ -49,7 +49,7 @@ from typing import Any
 
 import lmdb
 
-from .errors import StoreFormatError
+from .errors import DurabilityError, StoreFormatError
 
 JOURNAL_DIR = "journal"
 MAGIC = b"DSJ1"
@@ -183,6 +183,10 @@ class Journal:
         #: Records appended and fdatasyncs run (for stats and tests).
         self.appends = 0
         self.syncs = 0
+        #: Set by a failed fdatasync: the kernel may have dropped the pages
+        #: it could not write, so a later fdatasync that succeeds proves
+        #: nothing about them. Every later sync raises (fail-stop).
+        self.failed: BaseException | None = None
 
     def _open(self, seq: int) -> _Segment:
         # Created under a hidden name, locked, then renamed: another process
@@ -208,18 +212,36 @@ class Journal:
         self.appends += 1
         return seg.seq, seg.written
 
+    def mark(self) -> tuple[int, int]:
+        """The mark of everything appended so far (caller holds :attr:`lock`)."""
+        return self._current.seq, self._current.written
+
     def sync(self, mark: tuple[int, int]) -> None:
-        """Return once the record at ``mark`` is on disk: at once if an
-        fdatasync since covered it, or a checkpoint already dropped its segment."""
+        """Return once every record up to ``mark`` is on disk: the mark's
+        segment and any earlier one a checkpoint has not dropped yet (their
+        records are covered only once that checkpoint is recorded). At once
+        if fdatasyncs since already covered them."""
         seq, end = mark
         with self._sync_lock:
-            seg = self._segments.get(seq)
-            if seg is None or seg.synced >= end:
-                return
-            target = seg.written
-            os.fdatasync(seg.fd)
-            seg.synced = max(seg.synced, target)
-            self.syncs += 1
+            if self.failed is not None:
+                raise DurabilityError(
+                    f"{self.dir}: an earlier journal fdatasync failed ({self.failed}); writes since may not be "
+                    f"durable, so none is acknowledged. Close and reopen the store"
+                ) from self.failed
+            for seg in list(self._segments.values()):
+                if seg.seq > seq:
+                    continue
+                target = seg.written if seg.seq < seq else end
+                if seg.synced >= target:
+                    continue
+                target = seg.written
+                try:
+                    os.fdatasync(seg.fd)
+                except OSError as exc:
+                    self.failed = exc
+                    raise DurabilityError(f"{seg.path}: journal fdatasync failed: {exc}") from exc
+                seg.synced = max(seg.synced, target)
+                self.syncs += 1
 
     def rotate(self) -> list[_Segment]:
         """Start a new segment (caller holds :attr:`lock`, right after pinning

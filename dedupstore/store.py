@@ -1129,8 +1129,12 @@ class DedupStore:
             for part, space in zip(self._parts, ns.spaces, strict=True):
                 while remaining is None or remaining > 0:
                     step = self._evict_batch if remaining is None else min(self._evict_batch, remaining)
+                    # Maintenance: not waited on (sync mode journals it, and
+                    # the next durable commit's fdatasync carries it). A lost
+                    # eviction only brings back records and the frontier together.
                     deleted, pinned, left, oldest = part.committer.run(
-                        functools.partial(space.evict_step, horizon=horizon_us, now=now, budget=step)
+                        functools.partial(space.evict_step, horizon=horizon_us, now=now, budget=step),
+                        durable=False,
                     )
                     space.advance_oldest(oldest)
                     totals["deleted"] += deleted

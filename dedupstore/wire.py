@@ -129,6 +129,7 @@ _ERROR_CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (errors.LeaseLostError, grpc.StatusCode.FAILED_PRECONDITION),
     (errors.StoreFullError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (errors.StoreClosedError, grpc.StatusCode.UNAVAILABLE),
+    (errors.DurabilityError, grpc.StatusCode.INTERNAL),
     (errors.DedupError, grpc.StatusCode.FAILED_PRECONDITION),
 )
 

@@ -12,6 +12,7 @@ import pytest
 
 from dedupstore.commit import GroupCommitter
 from dedupstore.errors import InvalidTokenError
+from dedupstore.journal import Journal
 
 
 @pytest.fixture
@@ -101,3 +102,24 @@ def test_a_refused_operation_does_not_undo_the_others_in_its_batch(env: Any) -> 
     assert [str(e) for e in errors] == ["token refused"]
     with env.begin() as txn:
         assert (txn.get(b"a"), txn.get(b"b")) == (b"v", b"v")
+
+
+def test_a_durable_batch_that_writes_nothing_waits_for_what_was_journaled_before(env: Any, tmp_path: Path) -> None:
+    # Maintenance (durable=False) is journaled without an fdatasync; a later
+    # durable call that writes nothing (a duplicate, say) may have read it, so
+    # it returns only once it is on disk, by a journal fdatasync, not a checkpoint.
+    journal = Journal(tmp_path)
+    checkpoints: list[int] = []
+    gc = GroupCommitter(env, "test env", journal=journal, codes={id(None): 3},
+                        checkpoint=lambda: checkpoints.append(1), others=lambda: False)
+    try:
+        gc.run(put(b"first"))  # the first commit is checkpointed (someone may have written before)
+        assert checkpoints == [1]
+        gc.run(put(b"evicted"), durable=False)
+        assert (journal.appends, journal.syncs) == (1, 0)
+        assert gc.run(lambda txn: txn.get(b"evicted")) == b"v"
+        assert (journal.appends, journal.syncs, checkpoints) == (1, 1, [1])
+        gc.run(lambda txn: None)  # nothing new to wait for: no fdatasync
+        assert journal.syncs == 1
+    finally:
+        journal.close()
