@@ -100,16 +100,24 @@ class JournalTxn:
 
 
 class _JournalCursor:
-    __slots__ = ("_cur", "_ops", "_code")
+    # The read and move methods are the real cursor's own, bound once: an
+    # eviction walks them per record, and a __getattr__ pass-through made
+    # sync-mode eviction cost 7.3 us a record against 1.5 in flush mode.
+    __slots__ = ("_cur", "_ops", "_code", "key", "value", "set_range", "next")
 
     def __init__(self, cur: Any, ops: list[tuple[int, int, bytes, bytes]], code: int) -> None:
         self._cur = cur
         self._ops = ops
         self._code = code
+        self.key = cur.key
+        self.value = cur.value
+        self.set_range = cur.set_range
+        self.next = cur.next
 
     def delete(self, dupdata: bool = False) -> bool:
-        key = bytes(self._cur.key())
-        done = bool(self._cur.delete(dupdata))
+        cur = self._cur
+        key = cur.key()
+        done = bool(cur.delete(dupdata))
         if done:
             self._ops.append((DELETE, self._code, key, b""))
         return done
