@@ -26,7 +26,7 @@ CHILD = textwrap.dedent(
     with DedupStore.open(path, clock=lambda: now, eviction_rate=0, eviction_batch=3) as s:
         print("ready", flush=True)
         while sum(s.evict(3).values()):
-            pass
+            print("step", flush=True)
     print("done", flush=True)
     """
 )
@@ -55,7 +55,12 @@ def test_kill_during_eviction(tmp_path: Path) -> None:
         )
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "ready"
-        time.sleep(rng.uniform(0.0, 0.03))
+        # Killed after a random number of eviction calls (not a random time:
+        # eviction does not wait for the disk, so its speed varies a lot).
+        for _ in range(rng.randint(0, 40)):
+            if child.stdout.readline().strip() != "step":
+                break
+        time.sleep(rng.uniform(0.0, 0.002))
         child.kill()
         out, _ = child.communicate()
         finished = "done" in out
