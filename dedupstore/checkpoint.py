@@ -65,7 +65,7 @@ from typing import Any
 import lmdb
 
 from .errors import StoreFormatError
-from .journal import Journal, drop_dead
+from .journal import Journal
 
 CHECKPOINT_FILE = "checkpoint"
 MAGIC = b"DSCKPT\x00\x01"
@@ -266,6 +266,7 @@ class Checkpointer:
     ) -> None:
         self._env = env
         self._journal = journal
+        self._part = 0
         self._data = directory / "data.mdb"
         self._ckpt = ckpt
         self._psize = int(env.stat()["psize"])
@@ -277,9 +278,11 @@ class Checkpointer:
         self._next_reader_check = 0.0
         self._data_fd = -1  # for trickle(), opened on first use
 
-    def attach(self, journal: Journal) -> None:
-        """From now on, checkpoints also retire ``journal``'s covered segments."""
+    def attach(self, journal: Journal, part: int) -> None:
+        """From now on, checkpoints of this partition (index ``part``) also
+        retire ``journal``'s covered segments."""
         self._journal = journal
+        self._part = part
 
     def checkpoint(self, *, locked: bool = False) -> int:
         """Make every commit so far durable and recoverable as a rollback
@@ -288,44 +291,32 @@ class Checkpointer:
         segments the checkpoint covers are deleted once it is recorded."""
         with self._lock:
             journal = self._journal
-            # Dead writers' segments, claimed before the pin: everything they
-            # committed is in the snapshot pinned next.
-            dead = journal.dead_segments() if journal is not None else []
-            try:
-                obsolete = []
-                if journal is None:
+            if journal is None:
+                pin, txnid, meta = self._pin_newest()
+            else:
+                with journal.lock:
                     pin, txnid, meta = self._pin_newest()
+                    journal.rotate()  # so the segment before can be retired soon
+            try:
+                self._env.sync(True)
+                if locked:
+                    self._ckpt.write(txnid, meta, self._psize)
                 else:
-                    # Pin and rotate with no append of ours between: every
-                    # record in the old segments is of a txn the pin covers.
-                    with journal.lock:
-                        pin, txnid, meta = self._pin_newest()
-                        obsolete = journal.rotate()
-                try:
-                    self._env.sync(True)
-                    if locked:
+                    with self._ckpt.locked():
                         self._ckpt.write(txnid, meta, self._psize)
-                    else:
-                        with self._ckpt.locked():
-                            self._ckpt.write(txnid, meta, self._psize)
-                except BaseException:
-                    pin.abort()
-                    raise
-                if journal is not None:
-                    journal.drop(obsolete)
-                    drop_dead(dead)
-                    dead = []
-            finally:
-                for _, fd in dead:
-                    os.close(fd)
+            except BaseException:
+                pin.abort()
+                raise
             old, self._pin = self._pin, pin
             if old is not None:
                 old.abort()
             self.durable_txnid = txnid
             self.count += 1
+            if journal is not None:
+                journal.retire(self._part, txnid)
             # Safe now: this process's pin is at or before the recorded
             # snapshot, so clearing dead processes' pins cannot expose it.
-            self._check_readers()
+            self._check_readers(journal)
             return txnid
 
     def trickle(self) -> None:
@@ -340,11 +331,13 @@ class Checkpointer:
                 self._data_fd = os.open(self._data, os.O_RDONLY | os.O_CLOEXEC)
             _sync_file_range(self._data_fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
 
-    def _check_readers(self) -> None:
+    def _check_readers(self, journal: Journal | None) -> None:
         now = time.monotonic()
         if now >= self._next_reader_check:
             self._next_reader_check = now + READER_CHECK_S
             self._env.reader_check()
+            if journal is not None:
+                journal.collect_dead()  # dead writers' segments our checkpoints now cover
 
     def _pin_newest(self) -> tuple[Any, int, bytes]:
         # Under the writer lock no commit (and so no meta page write) can

@@ -39,11 +39,15 @@ MAX_LINGER_S = 0.0005
 
 
 class _Waiter:
-    __slots__ = ("op", "durable", "result", "error", "gate", "lead")
+    __slots__ = ("op", "durable", "defer", "mark", "result", "error", "gate", "lead")
 
-    def __init__(self, op: Op, durable: bool) -> None:
+    def __init__(self, op: Op, durable: bool, defer: bool = False) -> None:
         self.op = op
         self.durable = durable
+        #: The caller runs the journal fdatasync itself (run_deferred), and
+        #: gets the mark to pass to it here.
+        self.defer = defer
+        self.mark: tuple[int, int] | None = None
         self.result: Any = None
         self.error: BaseException | None = None
         #: Held while the caller waits; the leader releases it when the
@@ -60,7 +64,7 @@ class GroupCommitter:
     def __init__(
         self, env: lmdb.Environment, describe: str, journal: Journal | None = None,
         codes: dict[int, int] | None = None, checkpoint: Callable[[], Any] | None = None,
-        others: Callable[[], bool] | None = None,
+        others: Callable[[], bool] | None = None, part: int = 0,
     ) -> None:
         self._env = env
         self._describe = describe
@@ -68,6 +72,7 @@ class GroupCommitter:
         #: fdatasynced before its callers are released; if that fails, every
         #: caller gets the error. ``codes``: database handle -> journal code.
         self._journal = journal
+        self._part = part  # this environment's partition index, in journal records
         self._codes = codes or {}
         #: Runs once when a batch finds the map full, before one retry (the
         #: pin moves, so freed pages become reusable). In sync mode beside
@@ -94,7 +99,17 @@ class GroupCommitter:
         (maintenance: eviction, sealing, filters) journals the writes but does
         not wait for them to reach the disk: the next durable commit's
         fdatasync carries them, as it carries everything appended before it."""
-        waiter = _Waiter(op, durable)
+        return self._wait(_Waiter(op, durable)).result
+
+    def run_deferred(self, op: Op) -> tuple[Any, tuple[int, int] | None]:
+        """Run ``op`` like :meth:`run`, but leave the journal fdatasync to the
+        caller: returns the result and the journal mark to sync (None when
+        nothing needs it). A batch over several partitions commits each, then
+        syncs the shared journal once, up to the greatest mark."""
+        w = self._wait(_Waiter(op, True, defer=True))
+        return w.result, w.mark
+
+    def _wait(self, waiter: _Waiter) -> _Waiter:
         with self._lock:
             self._queue.append(waiter)
             if self._busy:
@@ -111,7 +126,7 @@ class GroupCommitter:
             self._lead()
         if waiter.error is not None:
             raise waiter.error
-        return waiter.result
+        return waiter
 
     def _lead(self) -> None:
         with self._lock:
@@ -129,6 +144,10 @@ class GroupCommitter:
         try:
             started = time.monotonic()
             mark = self._execute(batch)
+            if mark is not None and not any(w.durable and not w.defer for w in batch):
+                for w in batch:
+                    w.mark = mark  # the deferring callers sync it themselves
+                mark = None
             if mark is not None:
                 # Before leadership passes on: while this fdatasync runs, the
                 # next batch gathers every caller that arrives. (Handing over
@@ -221,12 +240,12 @@ class GroupCommitter:
             if not durable:
                 if jt.ops:
                     with journal.lock:
-                        journal.append(txnid, jt.ops)
+                        journal.append(self._part, txnid, jt.ops)
                 return None
             with journal.lock:
                 # A batch that wrote nothing still waits for what is
                 # journaled before it: its verdicts may rest on it.
-                return journal.append(txnid, jt.ops) if jt.ops else journal.mark()
+                return journal.append(self._part, txnid, jt.ops) if jt.ops else journal.mark()
         if self._journal is not None and durable and self._checkpoint is not None:
             self._checkpoint()  # beside another writer process: checkpointed instead
         return None

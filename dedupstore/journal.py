@@ -6,32 +6,41 @@ transaction wrote (every put and delete, with full values) to this process's
 journal segment and fdatasyncs it: one sequential write, where LMDB's own sync
 commit writes and syncs every page it dirtied, in random places, and then the
 meta page. Checkpoints (dedupstore/checkpoint.py) fold the journal into the
-data file: after a checkpoint at txn T is recorded, segments holding only
-transactions up to T are deleted.
+data files: a segment is deleted once, for every partition it holds records
+of, a recorded checkpoint covers its newest one.
+
+One journal serves every partition of the store: a ``claim_many`` that
+touches four partitions, or eight threads spread over them, wait for one
+fdatasync, not one per partition's file.
 
 Only while one process writes the partition: a record replayed without
 another process's commit it was built on would rebuild a state that never
 existed, so with another writer present (or for the first commit after one
 left) a durable commit is checkpointed instead (dedupstore/commit.py).
 
-After an operating-system crash, the first open rolls the partition back to
-the recorded checkpoint T and replays, in txn order, every journaled
-transaction after T. The replay is physical (the same puts and deletes), so
-it rebuilds exactly what those transactions committed.
+After an operating-system crash, the first open rolls each partition back to
+its recorded checkpoint T and replays, in txn order, every journaled
+transaction of that partition after T. The replay is physical (the same puts
+and deletes), so it rebuilds exactly what those transactions committed. The
+open then deletes the previous boot's segments (recovery restarts LMDB's txn
+ids from T, so their ids would mean other transactions now).
 
-Layout: ``<partition>/journal/<owner>.<n>``, one writer process per file
-(``owner`` is the pid and a random tag). A process holds an exclusive
-``flock`` on each of its segments while it lives, so another process can tell
-a dead writer's segment (the lock is free) and collect it once a checkpoint
-covers it. Records, little-endian:
+Layout: ``<store>/journal/<boot>-<owner>.<n>``, one writer process per file
+(``boot`` is the boot id in hex, ``owner`` the pid and a random tag). A
+process holds an exclusive ``flock`` on each of its segments while it lives,
+so another process can tell a dead writer's segment (the lock is free) and
+collect it once checkpoints cover it. Records, little-endian:
 
-    magic "DSJ1" | payload length u32 | txn id u64 | payload | CRC-32 u32
+    magic "DSJ2" | payload length u32 | txn id u64 | partition u16 | payload | CRC-32 u32
 
-The CRC covers length, txn id and payload. The payload is a sequence of ops,
-each ``op u8 (1 put, 2 delete) | db u8 | key length u16 | value length u32 |
-key | value`` (``db``: 1 records, 2 pending, 3 meta). A torn or corrupt record
-ends the segment's replay (nothing after it was acknowledged: a record is
-acknowledged only once the fdatasync that wrote it returned).
+The CRC covers length, txn id, partition and payload. The payload is a
+sequence of ops, each ``op u8 (1 put, 2 delete) | db u8 | key length u16 |
+value length u32 | key | value`` (``db``: 1 records, 2 pending, 3 meta). A
+torn or corrupt record ends the segment's replay (nothing after it was
+acknowledged: a record is acknowledged only once the fdatasync that wrote it
+returned). Stores written before the journal was shared kept one journal per
+partition (``<partition>/journal/``, magic "DSJ1", no partition field); an
+open after a restart replays those too.
 """
 
 from __future__ import annotations
@@ -43,7 +52,8 @@ import threading
 import uuid
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +62,11 @@ import lmdb
 from .errors import DurabilityError, StoreFormatError
 
 JOURNAL_DIR = "journal"
-MAGIC = b"DSJ1"
-_HEAD = struct.Struct("<4sIQ")  # magic, payload length, txn id
+MAGIC = b"DSJ2"
+_HEAD = struct.Struct("<4sIQH")  # magic, payload length, txn id, partition
+LEGACY_MAGIC = b"DSJ1"
+_LEGACY_HEAD = struct.Struct("<4sIQ")  # magic, payload length, txn id (one journal per partition)
+RECOVERY_LOCK = ".recovery.lock"
 _OP = struct.Struct("<BBHI")  # op, db, key length, value length
 _CRC = struct.Struct("<I")
 PUT, DELETE = 1, 2
@@ -129,7 +142,7 @@ class _JournalCursor:
         return getattr(self._cur, name)
 
 
-def encode(txnid: int, ops: list[tuple[int, int, bytes, bytes]]) -> bytes:
+def encode(part: int, txnid: int, ops: list[tuple[int, int, bytes, bytes]]) -> bytes:
     pack = _OP.pack
     parts: list[bytes] = []
     add = parts.append
@@ -138,23 +151,34 @@ def encode(txnid: int, ops: list[tuple[int, int, bytes, bytes]]) -> bytes:
         add(k)
         add(v)
     payload = b"".join(parts)
-    head = _HEAD.pack(MAGIC, len(payload), txnid)
+    head = _HEAD.pack(MAGIC, len(payload), txnid, part)
     return head + payload + _CRC.pack(zlib.crc32(head[4:] + payload))
 
 
-def decode(raw: bytes) -> Iterator[tuple[int, list[tuple[int, int, bytes, bytes]]]]:
-    """The intact records of one segment, in order; stops at the first torn one."""
+def decode(raw: bytes) -> Iterator[tuple[int, int, list[tuple[int, int, bytes, bytes]]]]:
+    """The intact records of one segment, in order, as (partition, txn id,
+    ops); stops at the first torn one. A legacy per-partition record's
+    partition is -1 (the partition whose directory holds it)."""
     at = 0
-    while at + _HEAD.size <= len(raw):
-        magic, length, txnid = _HEAD.unpack_from(raw, at)
-        end = at + _HEAD.size + length
-        if magic != MAGIC or end + _CRC.size > len(raw):
+    while at + _LEGACY_HEAD.size <= len(raw):
+        magic = raw[at : at + 4]
+        if magic == MAGIC and at + _HEAD.size <= len(raw):
+            _, length, txnid, part = _HEAD.unpack_from(raw, at)
+            start = at + _HEAD.size
+        elif magic == LEGACY_MAGIC:
+            _, length, txnid = _LEGACY_HEAD.unpack_from(raw, at)
+            part = -1
+            start = at + _LEGACY_HEAD.size
+        else:
+            return
+        end = start + length
+        if end + _CRC.size > len(raw):
             return
         (crc,) = _CRC.unpack_from(raw, end)
         if zlib.crc32(raw[at + 4 : end]) != crc:
             return
         ops = []
-        pos = at + _HEAD.size
+        pos = start
         while pos < end:
             op, db, klen, vlen = _OP.unpack_from(raw, pos)
             pos += _OP.size
@@ -162,8 +186,13 @@ def decode(raw: bytes) -> Iterator[tuple[int, list[tuple[int, int, bytes, bytes]
             pos += klen
             ops.append((op, db, key, raw[pos : pos + vlen]))
             pos += vlen
-        yield txnid, ops
+        yield part, txnid, ops
         at = end + _CRC.size
+
+
+def segment_boot(name: str) -> str:
+    """The boot id (hex) a segment's name says it was written in."""
+    return name.split("-", 1)[0]
 
 
 @dataclass
@@ -173,21 +202,27 @@ class _Segment:
     fd: int
     written: int = 0
     synced: int = 0
+    #: partition -> newest txn id appended for it
+    top: dict[int, int] = field(default_factory=dict)
 
 
 class Journal:
-    """This process's journal of one partition: appends, syncs, rotation."""
+    """This process's journal, shared by every partition of the store:
+    appends, syncs, rotation and retirement of covered segments."""
 
-    def __init__(self, directory: Path) -> None:
-        self.dir = directory / JOURNAL_DIR
+    def __init__(self, root: Path, boot: bytes) -> None:
+        self.dir = root / JOURNAL_DIR
         self.dir.mkdir(exist_ok=True)
-        self._owner = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        #: Held from a transaction's commit to its append, and by rotation.
+        self._boot = boot.hex()
+        self._owner = f"{self._boot}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        #: Held by appends and by rotation.
         self.lock = threading.Lock()
         self._sync_lock = threading.Lock()
         self._segments: dict[int, _Segment] = {}
         self._seq = 0
         self._current = self._open(0)
+        #: partition -> newest recorded checkpoint's txn id, as this process knows it
+        self._durable: dict[int, int] = {}
         #: Records appended and fdatasyncs run (for stats and tests).
         self.appends = 0
         self.syncs = 0
@@ -208,15 +243,17 @@ class Journal:
         self._segments[seq] = seg
         return seg
 
-    def append(self, txnid: int, ops: list[tuple[int, int, bytes, bytes]]) -> tuple[int, int]:
-        """Append one committed transaction (caller holds :attr:`lock`);
-        returns the mark to pass to :meth:`sync`."""
+    def append(self, part: int, txnid: int, ops: list[tuple[int, int, bytes, bytes]]) -> tuple[int, int]:
+        """Append one committed transaction of partition ``part`` (caller
+        holds :attr:`lock`); returns the mark to pass to :meth:`sync`."""
         seg = self._current
-        data = memoryview(encode(txnid, ops))
+        data = memoryview(encode(part, txnid, ops))
         done = 0
         while done < len(data):
             done += os.write(seg.fd, data[done:])
         seg.written += len(data)
+        if txnid > seg.top.get(part, 0):
+            seg.top[part] = txnid
         self.appends += 1
         return seg.seq, seg.written
 
@@ -226,9 +263,8 @@ class Journal:
 
     def sync(self, mark: tuple[int, int]) -> None:
         """Return once every record up to ``mark`` is on disk: the mark's
-        segment and any earlier one a checkpoint has not dropped yet (their
-        records are covered only once that checkpoint is recorded). At once
-        if fdatasyncs since already covered them."""
+        segment and any earlier one not retired yet. At once if fdatasyncs
+        since already covered them (callers share them: group sync)."""
         seq, end = mark
         with self._sync_lock:
             if self.failed is not None:
@@ -251,67 +287,137 @@ class Journal:
                 seg.synced = max(seg.synced, target)
                 self.syncs += 1
 
-    def rotate(self) -> list[_Segment]:
-        """Start a new segment (caller holds :attr:`lock`, right after pinning
-        the checkpoint's snapshot, so every record appended so far belongs to
-        it); returns the segments a durable checkpoint will have made obsolete."""
-        old = [s for s in self._segments.values()]
-        self._seq += 1
-        self._current = self._open(self._seq)
-        return old
+    def rotate(self) -> None:
+        """Start a new segment if the current one holds records (caller holds
+        :attr:`lock`; checkpoints call it, so a segment holds about one
+        checkpoint interval and can be retired soon after)."""
+        if self._current.written:
+            self._seq += 1
+            self._current = self._open(self._seq)
 
-    def drop(self, segments: list[_Segment]) -> None:
+    def retire(self, part: int, txnid: int) -> None:
+        """A checkpoint of partition ``part`` at ``txnid`` is recorded: delete
+        this process's segments (but the current one) that checkpoints now
+        cover for every partition they hold records of."""
         with self._sync_lock:
-            for seg in segments:
+            if txnid > self._durable.get(part, 0):
+                self._durable[part] = txnid
+            for seg in list(self._segments.values()):
+                if seg is not self._current and covered(seg.top, self._durable):
+                    self._segments.pop(seg.seq, None)
+                    os.close(seg.fd)
+                    seg.path.unlink(missing_ok=True)
+
+    def collect_dead(self) -> int:
+        """Delete dead writers' segments of this boot that recorded
+        checkpoints cover; returns how many (the previous boot's are the
+        opening process's: :func:`clear_other_boots`)."""
+        return collect_dead(self.dir, self._boot, dict(self._durable))
+
+    def close(self, delete: bool = True) -> None:
+        """Close every segment, and delete them (``delete``: the caller has
+        just checkpointed every partition, so checkpoints cover them all)."""
+        with self._sync_lock:
+            for seg in list(self._segments.values()):
                 self._segments.pop(seg.seq, None)
+                if delete:
+                    seg.path.unlink(missing_ok=True)
                 os.close(seg.fd)
-                seg.path.unlink(missing_ok=True)
 
-    def close(self) -> None:
-        """Drop every segment (the caller has just checkpointed)."""
-        self.drop(list(self._segments.values()))
 
-    def dead_segments(self) -> list[tuple[Path, int]]:
-        """Other processes' segments whose writer is gone (their flock is
-        free), each returned locked by us: collect them before pinning a
-        checkpoint, delete them once it is recorded."""
-        mine = {s.path.name for s in self._segments.values()}
-        found = []
-        for path in sorted(self.dir.iterdir()):
-            if path.name in mine or path.name.startswith("."):
+def covered(top: dict[int, int], durable: dict[int, int]) -> bool:
+    return all(txnid <= durable.get(part, -1) for part, txnid in top.items())
+
+
+def _dead_segments(jdir: Path) -> Iterator[tuple[Path, int]]:
+    """Segments whose writer is gone (their flock is free), each yielded
+    locked by us; the caller closes the descriptor."""
+    if not jdir.is_dir():
+        return
+    for path in sorted(jdir.iterdir()):
+        if path.name.startswith("."):
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)  # its writer lives
+            continue
+        yield path, fd
+
+
+def collect_dead(jdir: Path, boot: str, durable: dict[int, int]) -> int:
+    """Delete the dead writers' segments of boot ``boot`` whose every record
+    is covered by ``durable`` (partition -> recorded checkpoint txn id)."""
+    n = 0
+    for path, fd in _dead_segments(jdir):
+        try:
+            if segment_boot(path.name) != boot:
                 continue
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError:
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)  # its writer lives
-                continue
-            found.append((path, fd))
-        return found
+            top: dict[int, int] = {}
+            for part, txnid, _ in decode(path.read_bytes()):
+                top[part] = max(top.get(part, 0), txnid)
+            if covered(top, durable):
+                path.unlink(missing_ok=True)
+                n += 1
+        finally:
+            os.close(fd)
+    return n
 
 
-def drop_dead(found: list[tuple[Path, int]]) -> None:
-    for path, fd in found:
-        path.unlink(missing_ok=True)
+def clear_other_boots(root: Path, boot: bytes) -> int:
+    """Delete every segment written in another boot (caller holds the
+    recovery lock and has opened, so replayed and checkpointed, every
+    partition in this boot). Returns how many."""
+    n = 0
+    for path, fd in _dead_segments(root / JOURNAL_DIR):
+        try:
+            if segment_boot(path.name) != boot.hex():
+                path.unlink(missing_ok=True)
+                n += 1
+        finally:
+            os.close(fd)
+    return n
+
+
+@contextmanager
+def recovery_lock(root: Path) -> Iterator[None]:
+    """Held while a process opens the store's partitions: the recovery of
+    every partition after a restart, and the deletion of the previous boot's
+    segments after it, are one step to every other opener."""
+    jdir = root / JOURNAL_DIR
+    jdir.mkdir(exist_ok=True)
+    fd = os.open(jdir / RECOVERY_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
         os.close(fd)
 
 
-def replay(env: lmdb.Environment, dbs: dict[int, Any], directory: Path, after: int) -> int:
-    """Apply, in txn order, every journaled transaction after txn ``after``
-    (caller holds the checkpoint lock; no other process has the environment
-    open in this boot). Returns how many were applied."""
-    jdir = directory / JOURNAL_DIR
-    if not jdir.is_dir():
-        return 0
+def replay(env: lmdb.Environment, dbs: dict[int, Any], root: Path, part_dir: Path, part: int, after: int) -> int:
+    """Apply, in txn order, every journaled transaction of partition ``part``
+    after txn ``after``: from the store's journal and from a legacy
+    per-partition one (caller holds the partition's checkpoint lock; no other
+    process has it open in this boot). Returns how many were applied."""
     records: dict[int, list[tuple[int, int, bytes, bytes]]] = {}
-    for path in sorted(jdir.iterdir()):
-        for txnid, ops in decode(path.read_bytes()):
-            if txnid > after:
+    sources = [(root / JOURNAL_DIR, part), (part_dir / JOURNAL_DIR, -1)]
+    for jdir, want in sources:
+        if not jdir.is_dir():
+            continue
+        for path in sorted(jdir.iterdir()):
+            if path.name.startswith("."):
+                continue
+            for rpart, txnid, ops in decode(path.read_bytes()):
+                if rpart != want or txnid <= after:
+                    continue
                 if txnid in records and records[txnid] != ops:
-                    raise StoreFormatError(f"{path}: two different journal records for txn {txnid}")
+                    raise StoreFormatError(
+                        f"{path}: two different journal records for txn {txnid} of partition {part}"
+                    )
                 records[txnid] = ops
     if records:
         with env.begin(write=True) as txn:
@@ -323,13 +429,16 @@ def replay(env: lmdb.Environment, dbs: dict[int, Any], directory: Path, after: i
                     elif op == DELETE:
                         txn.delete(key, db=db)
                     else:
-                        raise StoreFormatError(f"{jdir}: journal record for txn {txnid} has unknown op {op}")
+                        raise StoreFormatError(f"journal record for txn {txnid} of partition {part}: unknown op {op}")
     return len(records)
 
 
-def clear(directory: Path) -> None:
-    """Delete every segment (after a replay and the checkpoint that covers it)."""
-    jdir = directory / JOURNAL_DIR
+def clear_legacy(part_dir: Path) -> None:
+    """Delete a legacy per-partition journal (after a replay and the
+    checkpoint that covers it)."""
+    jdir = part_dir / JOURNAL_DIR
     if jdir.is_dir():
         for path in jdir.iterdir():
             path.unlink(missing_ok=True)
+        with suppress(OSError):
+            jdir.rmdir()

@@ -38,8 +38,7 @@ from .errors import (
     StoreFormatError,
     UnknownNamespaceError,
 )
-from .journal import Journal, replay
-from .journal import clear as clear_journal
+from .journal import Journal, clear_legacy, clear_other_boots, recovery_lock, replay
 from .layout import (
     DEFAULT_MAP_SIZE,
     DURABILITY,
@@ -156,7 +155,8 @@ class _Partition:
     """One LMDB environment with its own writer lock and group committer."""
 
     def __init__(
-        self, root: Path, index: int, info: StoreInfo, durability: str, map_size: int, hasher: _native.Hasher
+        self, root: Path, index: int, info: StoreInfo, map_size: int, hasher: _native.Hasher,
+        journal: Journal | None,
     ) -> None:
         path = partition_dir(root, index)
         if not path.is_dir():
@@ -165,8 +165,7 @@ class _Partition:
             # it has already seen.
             raise StoreFormatError(f"{path} is missing: this store's partition {index} is gone; refusing to open")
         self.index = index
-        self.synced = durability == "sync"
-        self.journal: Journal | None = None
+        self.journal = journal  # the store's, in sync mode
         self.ckpt = CheckpointFile(path)
         try:
             # Under the checkpoint file's lock: the first opener after a
@@ -186,7 +185,7 @@ class _Partition:
                     if restarted:
                         assert rec is not None
                         self.replayed = replay(
-                            self.env, {1: self.records, 2: self.pending, 3: self.meta}, path, rec.txnid
+                            self.env, {1: self.records, 2: self.pending, 3: self.meta}, root, path, index, rec.txnid
                         )
                     if self.recovered_to is not None or self.replayed:
                         log.warning(
@@ -203,10 +202,12 @@ class _Partition:
                     self.checkpointer = Checkpointer(self.env, path, self.ckpt)
                     self.checkpointer.checkpoint(locked=True)
                     if restarted:
-                        clear_journal(path)  # every segment is a previous boot's, and now in the checkpoint
-                    if self.synced:
-                        self.journal = Journal(path)
-                        self.checkpointer.attach(self.journal)
+                        # A legacy per-partition journal: replayed, and now in
+                        # the checkpoint. (The store journal's segments of the
+                        # previous boot go once every partition is open.)
+                        clear_legacy(path)
+                    if journal is not None:
+                        self.checkpointer.attach(journal, index)
                 except lmdb.Error as exc:
                     self.env.close()
                     raise StoreFormatError(f"{path} is not a valid dedupstore partition: {exc}") from None
@@ -219,7 +220,7 @@ class _Partition:
         # sync: each group commit is journaled and the journal fdatasynced
         # before its callers return (dedupstore/journal.py).
         self.committer = GroupCommitter(
-            self.env, f"partition {index} ({path})", journal=self.journal,
+            self.env, f"partition {index} ({path})", journal=self.journal, part=index,
             codes={id(self.records): 1, id(self.pending): 2, id(self.meta): 3},
             checkpoint=self.checkpointer.checkpoint, others=self.ckpt.other_writers,
         )
@@ -227,11 +228,9 @@ class _Partition:
         self.hasher = hasher
 
     def close(self) -> None:
-        """Checkpoint, drop the pin and the journal, close the environment."""
+        """Checkpoint, drop the pin, close the environment."""
         try:
             self.checkpointer.checkpoint()
-            if self.journal is not None:
-                self.journal.close()
         finally:
             self.checkpointer.release()
             self.env.close()
@@ -367,12 +366,22 @@ class DedupStore:
         self._meta, self._info = open_meta(root, create=True, partitions=partitions, now=clock())
         self._hasher = _native.Hasher(self._info.secret)
         self._parts: list[_Partition] = []
+        self._journal: Journal | None = None
         try:
-            for i in range(self._info.partitions):
-                self._parts.append(_Partition(root, i, self._info, durability, map_size, self._hasher))
+            # One step to any other opener: after a restart, every partition
+            # is rolled back and replayed, then the previous boot's journal
+            # segments are deleted (their txn ids mean other transactions now).
+            with recovery_lock(root):
+                if durability == "sync":
+                    self._journal = Journal(root, checkpoint.boot_id())
+                for i in range(self._info.partitions):
+                    self._parts.append(_Partition(root, i, self._info, map_size, self._hasher, self._journal))
+                clear_other_boots(root, checkpoint.boot_id())
         except BaseException:
             for p in self._parts:
                 p.close()
+            if self._journal is not None:
+                self._journal.close()  # nothing was journaled yet
             self._meta.close()
             raise
         self._nparts = len(self._parts)
@@ -444,6 +453,10 @@ class DedupStore:
                     p.close()  # a last checkpoint: everything returned so far is durable
                 except Exception as exc:
                     errors.append(exc)
+            if self._journal is not None:
+                # Every partition checkpointed: the journal is covered. If one
+                # failed, its segments stay for a later open to replay or retire.
+                self._journal.close(delete=not errors)
             self._meta.close()
         with _open_lock:
             ref = _open_stores.get(self._ident)
@@ -730,15 +743,29 @@ class DedupStore:
 
     def _write_partitions(self, writes: Sequence[tuple[_Partition, Callable[[Any], Any]]]) -> None:
         """Run one write op per partition, each in that partition's group
-        commit, in the caller's thread. A commit costs no fsync (flush) or one
-        short sequential journal fdatasync (sync): handing partitions to
-        threads costs more in wake-ups and GIL hand-offs than it overlaps
-        (docs/benchmarks.md). Every partition is written even if one fails;
-        the first error is raised."""
+        commit, in the caller's thread. A commit costs no fsync (flush) or a
+        share of one journal fdatasync (sync): the partitions are committed
+        one after another, then the store's journal is fdatasynced once for
+        all of them. Handing partitions to threads costs more in wake-ups and
+        GIL hand-offs than it overlaps (docs/benchmarks.md). Every partition
+        is written even if one fails; the first error is raised."""
         first: BaseException | None = None
+        journal = self._journal if len(writes) > 1 else None
+        marks = []
         for part, op in writes:
             try:
-                part.committer.run(op)
+                if journal is None:
+                    part.committer.run(op)
+                else:
+                    _, mark = part.committer.run_deferred(op)
+                    if mark is not None:
+                        marks.append(mark)
+            except BaseException as exc:
+                first = first or exc
+        if marks:
+            assert journal is not None
+            try:
+                journal.sync(max(marks))
             except BaseException as exc:
                 first = first or exc
         if first is not None:
@@ -951,8 +978,6 @@ class DedupStore:
                     "ops_committed": p.committer.ops,
                     "checkpoints": p.checkpointer.count,
                     "durable_txnid": p.checkpointer.durable_txnid,
-                    "journal_appends": p.journal.appends if p.journal is not None else 0,
-                    "journal_syncs": p.journal.syncs if p.journal is not None else 0,
                 }
             )
         namespaces = {}
@@ -973,6 +998,10 @@ class DedupStore:
             "repeats_other_event": other,
             "bytes_used": total_bytes,
             "partition_stats": parts,
+            # sync mode: records appended to this process's journal, and the
+            # fdatasyncs that made them durable (shared by partitions and callers)
+            "journal_appends": self._journal.appends if self._journal is not None else 0,
+            "journal_syncs": self._journal.syncs if self._journal is not None else 0,
             "namespaces": namespaces,
         }
 

@@ -422,9 +422,11 @@ class _Verifier:
             self.problem(where, "partition-missing", f"{path} does not exist: this partition's records are gone")
             return None
         rec = read_record(path)
-        journal = path / JOURNAL_DIR
-        replay_due = (
-            rec is not None and rec.boot != checkpoint.boot_id() and journal.is_dir() and any(journal.iterdir())
+        replay_due = rec is not None and rec.boot != checkpoint.boot_id() and any(
+            not seg.name.startswith(".")
+            for jdir in (self.root / JOURNAL_DIR, path / JOURNAL_DIR)  # the store's, a legacy partition's
+            if jdir.is_dir()
+            for seg in jdir.iterdir()
         )
         if rollback_due(path, rec) or replay_due:
             assert rec is not None

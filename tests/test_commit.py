@@ -108,7 +108,7 @@ def test_a_durable_batch_that_writes_nothing_waits_for_what_was_journaled_before
     # Maintenance (durable=False) is journaled without an fdatasync; a later
     # durable call that writes nothing (a duplicate, say) may have read it, so
     # it returns only once it is on disk, by a journal fdatasync, not a checkpoint.
-    journal = Journal(tmp_path)
+    journal = Journal(tmp_path, b"\0" * 16)
     checkpoints: list[int] = []
     gc = GroupCommitter(env, "test env", journal=journal, codes={id(None): 3},
                         checkpoint=lambda: checkpoints.append(1), others=lambda: False)

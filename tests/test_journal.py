@@ -5,11 +5,13 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import struct
+import zlib
 from pathlib import Path
 
 import pytest
 
-from dedupstore import DedupStore, DurabilityError
+from dedupstore import DedupStore, DurabilityError, checkpoint
 from dedupstore import journal as journal_mod
 from dedupstore.journal import DELETE, JOURNAL_DIR, PUT, Journal, decode, encode
 
@@ -17,47 +19,78 @@ from dedupstore.journal import DELETE, JOURNAL_DIR, PUT, Journal, decode, encode
 def test_records_round_trip_and_a_torn_tail_ends_the_segment() -> None:
     ops7 = [(PUT, 1, b"k", b"v" * 300), (DELETE, 2, b"p", b"")]
     ops8 = [(PUT, 3, b"m", b"")]
-    a, b = encode(7, ops7), encode(8, ops8)
-    assert list(decode(a + b)) == [(7, ops7), (8, ops8)]
+    a, b = encode(2, 7, ops7), encode(0, 8, ops8)
+    assert list(decode(a + b)) == [(2, 7, ops7), (0, 8, ops8)]
     for cut in range(1, len(b)):
-        assert [t for t, _ in decode(a + b[:cut])] == [7]  # a record cut anywhere is not replayed
+        assert [t for _, t, _ in decode(a + b[:cut])] == [7]  # a record cut anywhere is not replayed
     flipped = bytearray(a + b)
     flipped[len(a) + 20] ^= 1
-    assert [t for t, _ in decode(bytes(flipped))] == [7]
+    assert [t for _, t, _ in decode(bytes(flipped))] == [7]
 
 
-def test_a_checkpoint_retires_covered_segments_and_dead_writers_ones(tmp_path: Path) -> None:
+def test_a_legacy_per_partition_record_decodes_without_a_partition() -> None:
+    ops = [(PUT, 1, b"k", b"v")]
+    payload = struct.pack("<BBHI", PUT, 1, 1, 1) + b"kv"
+    head = b"DSJ1" + struct.pack("<IQ", len(payload), 9)
+    legacy = head + payload + struct.pack("<I", zlib.crc32(head[4:] + payload))
+    assert list(decode(legacy)) == [(-1, 9, ops)]
+
+
+def test_one_journal_and_one_fdatasync_for_a_batch_over_every_partition(tmp_path: Path) -> None:
+    with DedupStore.open(tmp_path, durability="sync", partitions=4, eviction_rate=0, flush_interval=3600) as s:
+        s.ensure_namespace("n")
+        s.claim_many("n", [f"warm{i}" for i in range(100)])  # each partition's first commit is checkpointed
+        before = s.stats()
+        s.claim_many("n", [f"k{i}" for i in range(100)])
+        after = s.stats()
+        assert [p["commits"] for p in after["partition_stats"]] == [p["commits"] + 1 for p in before["partition_stats"]]
+        assert after["journal_appends"] - before["journal_appends"] == 4
+        assert after["journal_syncs"] - before["journal_syncs"] == 1  # not one per partition
+        assert [p.name for p in (tmp_path / JOURNAL_DIR).iterdir() if not p.name.startswith(".")] != []
+        assert not (tmp_path / "p000" / JOURNAL_DIR).exists()
+
+
+def test_a_checkpoint_retires_covered_segments_and_dead_writers_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(checkpoint, "READER_CHECK_S", 0.0)  # collect dead writers' segments at every checkpoint
+    boot = checkpoint.boot_id().hex()
+    jdir = tmp_path / JOURNAL_DIR
     with DedupStore.open(tmp_path, durability="sync", partitions=1, eviction_rate=0, flush_interval=3600) as s:
         s.ensure_namespace("n")
-        jdir = tmp_path / "p000" / JOURNAL_DIR
         s.claim("n", "a")  # a process's first commit is checkpointed (it cannot know who wrote before)
         s.claim("n", "b")
-        (first,) = [p.name for p in jdir.iterdir()]
-        assert len(list(decode((jdir / first).read_bytes()))) == 1  # the second claim is journaled
-        # A dead writer's segment: no process holds its lock.
-        (jdir / "999999-deadbeef.0").write_bytes(encode(1, [(PUT, 3, b"x", b"y")]))
+        (first,) = [p.name for p in jdir.iterdir() if not p.name.startswith(".")]
+        assert [(part, len(ops)) for part, _, ops in decode((jdir / first).read_bytes())] == [(0, 2)]  # journaled
+        txnid = s.stats()["partition_stats"][0]["durable_txnid"]
+        # Dead writers' segments (no process holds their lock) of this boot:
+        # one a checkpoint covers, one with a txn beyond it.
+        (jdir / f"{boot}-999999-deadbeef.0").write_bytes(encode(0, txnid, [(PUT, 3, b"x", b"y")]))
+        (jdir / f"{boot}-999998-deadbeef.0").write_bytes(encode(0, txnid + 10**6, [(PUT, 3, b"x", b"y")]))
         # A live one (this test holds its lock) is left alone.
-        live = jdir / "888888-cafef00d.0"
+        live = jdir / f"{boot}-888888-cafef00d.0"
         fd = os.open(live, os.O_WRONLY | os.O_CREAT, 0o644)
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             s.flush()
-            names = {p.name for p in jdir.iterdir()}
-            assert first not in names and "999999-deadbeef.0" not in names and live.name in names
-            assert len(names) == 2  # the live one, and this process's new segment
+            names = {p.name for p in jdir.iterdir() if not p.name.startswith(".")}
+            assert first not in names and f"{boot}-999999-deadbeef.0" not in names and live.name in names
+            assert f"{boot}-999998-deadbeef.0" in names  # not covered yet
+            assert len(names) == 3  # those two, and this process's new segment
         finally:
             os.close(fd)
-    # close retires this process's segments, and the other writer's, dead by then
-    assert list(jdir.iterdir()) == []
+    # close deletes this process's segments and the other writer's (dead by
+    # then, and empty: covered); the uncovered dead one stays
+    assert {p.name for p in jdir.iterdir() if not p.name.startswith(".")} == {f"{boot}-999998-deadbeef.0"}
 
 
 def test_a_sync_covers_earlier_segments_a_checkpoint_has_not_dropped(tmp_path: Path) -> None:
-    j = Journal(tmp_path)
+    j = Journal(tmp_path, b"\0" * 16)
     try:
         with j.lock:
-            j.append(1, [(PUT, 1, b"k", b"v")])  # maintenance: appended, not synced
+            j.append(0, 1, [(PUT, 1, b"k", b"v")])  # maintenance: appended, not synced
             j.rotate()  # a checkpoint pinned after it, and has not recorded yet
-            mark = j.append(2, [(PUT, 1, b"m", b"v")])
+            mark = j.append(1, 2, [(PUT, 1, b"m", b"v")])
         j.sync(mark)
         assert j.syncs == 2  # both segments, not only the mark's
         j.sync(mark)
