@@ -12,6 +12,7 @@ write, and verify clean.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import struct
@@ -43,10 +44,24 @@ def _snapshot(root: Path) -> dict[str, bytes]:
     return {p.name: (p / "data.mdb").read_bytes() for p in sorted(root.glob("p[0-9][0-9][0-9]"))}
 
 
-def _crash_image(root: Path, durable: dict[str, bytes], dest: Path, rng: random.Random, psize: int = 4096) -> None:
+def _journal_synced(store: DedupStore) -> dict[str, int]:
+    """How much of each of the store's journal segments an fdatasync covered."""
+    journal = store._journal  # noqa: SLF001
+    return {} if journal is None else {seg.path.name: seg.synced for seg in journal._segments.values()}  # noqa: SLF001
+
+
+def _crash_image(
+    root: Path, durable: dict[str, bytes], dest: Path, rng: random.Random, psize: int = 4096,
+    journal_synced: dict[str, int] | None = None,
+) -> None:
     """A disk after an OS crash: ``durable`` (what the last fsync left) with
-    each page written since replaced, or not, at random (``rng``)."""
+    each page written since replaced, or not, at random (``rng``); each
+    journal segment cut to what its last fdatasync covered (``journal_synced``)."""
     shutil.copytree(root, dest, ignore=shutil.ignore_patterns("lock.mdb"))
+    for name, synced in (journal_synced or {}).items():
+        seg = dest / "journal" / name
+        if seg.exists():
+            os.truncate(seg, synced)
     for name, old in durable.items():
         new = (root / name / "data.mdb").read_bytes()
         out = bytearray()
@@ -125,6 +140,7 @@ def test_acknowledged_sync_writes_survive_an_os_crash_through_the_journal(
     root = tmp_path / "live"
     before = [f"a{i}" for i in range(400)]
     after = [f"b{i}" for i in range(400)] + before[:200]
+    batched = [f"c{i}" for i in range(300)]
     store = DedupStore.open(root, durability="sync", partitions=2, eviction_rate=0, flush_interval=3600)
     try:
         store.ensure_namespace(NS, horizon="1h", lease="1h")
@@ -132,16 +148,27 @@ def test_acknowledged_sync_writes_survive_an_os_crash_through_the_journal(
         _churn(store, before, rng, pending)
         store.flush()  # a checkpoint: the data file as the disk holds it from now on
         durable = _snapshot(root)
+        # Batches over both partitions: one fdatasync after both commits.
+        for i in range(0, len(batched), 50):
+            res = store.claim_many(NS, batched[i : i + 50], [{"v": 1}] * 50)
+            store.complete_many(NS, [(r.key, r.token, b"batch") for r in res if i % 100 == 0])
+        # The journal as its fdatasyncs left it: a record appended but not
+        # synced is not on the disk after a crash. Images after the batches,
+        # and after single calls (each would sync what the other left).
+        expect_batched = _state(store, before + batched)
+        images_batched = _images(root, durable, tmp_path / "batched", _journal_synced(store))
         _churn(store, after, rng, pending)  # each call returned: journaled and synced
-        expect = _state(store, before + after)
+        expect = _state(store, before + after + batched)
         assert store.stats()["journal_appends"] > 0
-        images = _images(root, durable, tmp_path)
+        images = _images(root, durable, tmp_path, _journal_synced(store))
     finally:
         _crash(store)
 
     _reboot(monkeypatch)
+    for dest in images_batched:
+        assert _open_after_crash(dest, "sync", before + batched) == expect_batched
     for dest in images:
-        assert _open_after_crash(dest, "sync", before + after) == expect
+        assert _open_after_crash(dest, "sync", before + after + batched) == expect
         # replayed, then the previous boot's segments deleted (and this open's at its close)
         assert not [p for p in (dest / "journal").iterdir() if not p.name.startswith(".")]
 
@@ -197,11 +224,13 @@ def test_sync_writes_beside_a_flush_writer_survive_an_os_crash(
         assert all(got[k] is None for k in late)
 
 
-def _images(root: Path, durable: dict[str, bytes], tmp_path: Path) -> list[Path]:
+def _images(
+    root: Path, durable: dict[str, bytes], tmp_path: Path, journal_synced: dict[str, int] | None = None
+) -> list[Path]:
     images = []
     for i in range(4):
         dest = tmp_path / f"crash{i}"
-        _crash_image(root, durable, dest, random.Random(i))
+        _crash_image(root, durable, dest, random.Random(i), journal_synced=journal_synced)
         images.append(dest)
     return images
 
