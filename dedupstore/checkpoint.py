@@ -326,10 +326,15 @@ class Checkpointer:
         the journal's fdatasyncs behind a burst (docs/benchmarks.md)."""
         if _sync_file_range is None:
             return
-        with self._lock:
+        # A running checkpoint fdatasyncs the file anyway: never wait for it.
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
             if self._data_fd < 0:
                 self._data_fd = os.open(self._data, os.O_RDONLY | os.O_CLOEXEC)
             _sync_file_range(self._data_fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
+        finally:
+            self._lock.release()
 
     def _check_readers(self, journal: Journal | None) -> None:
         now = time.monotonic()

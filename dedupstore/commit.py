@@ -64,7 +64,7 @@ class GroupCommitter:
     def __init__(
         self, env: lmdb.Environment, describe: str, journal: Journal | None = None,
         codes: dict[int, int] | None = None, checkpoint: Callable[[], Any] | None = None,
-        others: Callable[[], bool] | None = None, part: int = 0,
+        others: Callable[[], bool] | None = None, part: int = 0, trickle: Callable[[], None] | None = None,
     ) -> None:
         self._env = env
         self._describe = describe
@@ -73,6 +73,10 @@ class GroupCommitter:
         #: caller gets the error. ``codes``: database handle -> journal code.
         self._journal = journal
         self._part = part  # this environment's partition index, in journal records
+        #: sync mode: starts writeback of the data file right after a journal
+        #: fdatasync, so that it overlaps the next batch's work rather than
+        #: the next fdatasync (docs/benchmarks.md).
+        self._trickle = trickle
         self._codes = codes or {}
         #: Runs once when a batch finds the map full, before one retry (the
         #: pin moves, so freed pages become reusable). In sync mode beside
@@ -141,6 +145,7 @@ class GroupCommitter:
                 self._lingering = False
             batch = self._queue
             self._queue = []
+        synced = False
         try:
             started = time.monotonic()
             mark = self._execute(batch)
@@ -157,6 +162,7 @@ class GroupCommitter:
                 assert self._journal is not None
                 try:
                     self._journal.sync(mark)
+                    synced = True
                 except BaseException as exc:
                     for w in batch:
                         w.error = exc
@@ -175,6 +181,8 @@ class GroupCommitter:
                     w.gate.release()
             if nxt is not None:
                 nxt.gate.release()
+        if synced and self._trickle is not None:
+            self._trickle()
 
     def _execute(self, batch: list[_Waiter]) -> tuple[int, int] | None:
         """Run the batch; returns the journal mark its callers wait for, if any."""

@@ -223,6 +223,7 @@ class _Partition:
             self.env, f"partition {index} ({path})", journal=self.journal, part=index,
             codes={id(self.records): 1, id(self.pending): 2, id(self.meta): 3},
             checkpoint=self.checkpointer.checkpoint, others=self.ckpt.other_writers,
+            trickle=self.checkpointer.trickle,
         )
         self.spaces: dict[int, _native.Space] = {}
         self.hasher = hasher
@@ -501,8 +502,11 @@ class DedupStore:
         while not self._stop.wait(tick):
             try:
                 if time.monotonic() < next_checkpoint:
-                    for p in self._parts:
-                        p.checkpointer.trickle()
+                    if self._journal is None:
+                        # (sync mode starts writeback after each journal
+                        # fdatasync instead, away from the next one)
+                        for p in self._parts:
+                            p.checkpointer.trickle()
                     continue
                 next_checkpoint = time.monotonic() + interval
                 for p in self._parts:
@@ -766,6 +770,8 @@ class DedupStore:
             assert journal is not None
             try:
                 journal.sync(max(marks))
+                for part, _ in writes:
+                    part.checkpointer.trickle()  # as GroupCommitter does after its own sync
             except BaseException as exc:
                 first = first or exc
         if first is not None:

@@ -123,3 +123,29 @@ def test_a_durable_batch_that_writes_nothing_waits_for_what_was_journaled_before
         assert journal.syncs == 1
     finally:
         journal.close()
+
+
+def test_writeback_starts_after_a_journal_fdatasync_not_before_the_next(env: Any, tmp_path: Path) -> None:
+    # The data file's writeback is started right after each journal
+    # fdatasync, so it overlaps the next batch's work instead of the next
+    # fdatasync (docs/benchmarks.md); maintenance, not synced, starts none.
+    journal = Journal(tmp_path, b"\0" * 16)
+    events: list[str] = []
+    real_sync = journal.sync
+
+    def sync(mark: tuple[int, int]) -> None:
+        events.append("sync")
+        real_sync(mark)
+
+    journal.sync = sync  # type: ignore[method-assign]
+    gc = GroupCommitter(env, "test env", journal=journal, codes={id(None): 3}, checkpoint=lambda: None,
+                        others=lambda: False, trickle=lambda: events.append("trickle"))
+    try:
+        gc.run(put(b"first"))  # checkpointed: no journal, no fdatasync
+        assert events == []
+        gc.run(put(b"second"))
+        assert events == ["sync", "trickle"]
+        gc.run(put(b"evicted"), durable=False)
+        assert events == ["sync", "trickle"]
+    finally:
+        journal.close()
