@@ -83,7 +83,8 @@ MAX_EVICTION_BATCH = 100_000
 DEFAULT_FLUSH_INTERVAL = 1.0
 MIN_FLUSH_INTERVAL_S = 0.001
 MAX_FLUSH_INTERVAL_S = 3600.0
-#: Between checkpoints, writeback of the data files is started this often.
+#: Between checkpoints, writeback of the data files is started this often
+#: (flush mode; sync mode starts it after each journal fdatasync instead).
 TRICKLE_S = 0.02
 #: Target false-positive rate of each generation's filter.
 BLOOM_FP_RATE = 0.01
@@ -299,7 +300,8 @@ class DedupStore:
         ``clock`` returns seconds since the epoch (default ``time.time``);
         ``map_size`` is the most bytes one partition's file may grow to;
         ``eviction_rate`` (entries per second; 0 turns the background thread
-        off, leaving eviction to :meth:`evict`) and ``eviction_batch`` (entries
+        off, leaving eviction to :meth:`evict` and the Bloom prefilter's
+        upkeep to :meth:`refresh_prefilter`) and ``eviction_batch`` (entries
         per transaction) bound how fast records past their horizon are removed;
         ``flush_interval`` (seconds or a duration string) is how often a
         background thread checkpoints: in ``flush`` mode the most an OS crash
@@ -495,8 +497,8 @@ class DedupStore:
     def _flush_every(self, interval: float) -> None:
         # Bounds what an OS crash can take in flush mode, and how long a pin
         # keeps LMDB from reusing freed pages (so how far the file can grow).
-        # Between checkpoints it starts writeback of what commits wrote every
-        # TRICKLE_S, so that no checkpoint meets a burst.
+        # Between checkpoints (flush mode) it starts writeback of what commits
+        # wrote every TRICKLE_S, so that no checkpoint meets a burst.
         tick = min(interval, TRICKLE_S)
         next_checkpoint = time.monotonic() + interval
         while not self._stop.wait(tick):
