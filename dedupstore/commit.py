@@ -64,7 +64,7 @@ class GroupCommitter:
     def __init__(
         self, env: lmdb.Environment, describe: str, journal: Journal | None = None,
         codes: dict[int, int] | None = None, checkpoint: Callable[[], Any] | None = None,
-        others: Callable[[], bool] | None = None, part: int = 0, trickle: Callable[[], None] | None = None,
+        others: Callable[[], bool] | None = None, part: int = 0, trickle: Callable[[], Any] | None = None,
     ) -> None:
         self._env = env
         self._describe = describe
@@ -73,9 +73,10 @@ class GroupCommitter:
         #: caller gets the error. ``codes``: database handle -> journal code.
         self._journal = journal
         self._part = part  # this environment's partition index, in journal records
-        #: sync mode: starts writeback of the data file right after a journal
-        #: fdatasync, so that it overlaps the next batch's work rather than
-        #: the next fdatasync (docs/benchmarks.md).
+        #: sync mode: called right after a journal fdatasync, to have the data
+        #: file's writeback started then (by the store's flusher thread), so
+        #: that it overlaps the next batch's work rather than the next
+        #: fdatasync (docs/benchmarks.md).
         self._trickle = trickle
         self._codes = codes or {}
         #: Runs once when a batch finds the map full, before one retry (the

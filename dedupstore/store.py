@@ -84,7 +84,7 @@ DEFAULT_FLUSH_INTERVAL = 1.0
 MIN_FLUSH_INTERVAL_S = 0.001
 MAX_FLUSH_INTERVAL_S = 3600.0
 #: Between checkpoints, writeback of the data files is started this often
-#: (flush mode; sync mode starts it after each journal fdatasync instead).
+#: (flush mode; in sync mode after each journal fdatasync instead).
 TRICKLE_S = 0.02
 #: Target false-positive rate of each generation's filter.
 BLOOM_FP_RATE = 0.01
@@ -157,7 +157,7 @@ class _Partition:
 
     def __init__(
         self, root: Path, index: int, info: StoreInfo, map_size: int, hasher: _native.Hasher,
-        journal: Journal | None,
+        journal: Journal | None, trickle: Callable[[], Any] | None = None,
     ) -> None:
         path = partition_dir(root, index)
         if not path.is_dir():
@@ -223,8 +223,7 @@ class _Partition:
         self.committer = GroupCommitter(
             self.env, f"partition {index} ({path})", journal=self.journal, part=index,
             codes={id(self.records): 1, id(self.pending): 2, id(self.meta): 3},
-            checkpoint=self.checkpointer.checkpoint, others=self.ckpt.other_writers,
-            trickle=self.checkpointer.trickle,
+            checkpoint=self.checkpointer.checkpoint, others=self.ckpt.other_writers, trickle=trickle,
         )
         self.spaces: dict[int, _native.Space] = {}
         self.hasher = hasher
@@ -370,6 +369,9 @@ class DedupStore:
         self._hasher = _native.Hasher(self._info.secret)
         self._parts: list[_Partition] = []
         self._journal: Journal | None = None
+        #: Set after a journal fdatasync: the flusher thread starts the data
+        #: files' writeback (see _flush_every).
+        self._trickle_due = threading.Event()
         try:
             # One step to any other opener: after a restart, every partition
             # is rolled back and replayed, then the previous boot's journal
@@ -378,7 +380,9 @@ class DedupStore:
                 if durability == "sync":
                     self._journal = Journal(root, checkpoint.boot_id())
                 for i in range(self._info.partitions):
-                    self._parts.append(_Partition(root, i, self._info, map_size, self._hasher, self._journal))
+                    self._parts.append(
+                        _Partition(root, i, self._info, map_size, self._hasher, self._journal, self._trickle_due.set)
+                    )
                 clear_other_boots(root, checkpoint.boot_id())
         except BaseException:
             for p in self._parts:
@@ -442,6 +446,7 @@ class DedupStore:
             return
         forked = self._dead == "forked"
         self._stop.set()
+        self._trickle_due.set()  # wakes the sync-mode flusher
         for thread in (self._evictor, self._flusher):
             if thread is not None and not forked and thread is not threading.current_thread():
                 thread.join()
@@ -497,18 +502,25 @@ class DedupStore:
     def _flush_every(self, interval: float) -> None:
         # Bounds what an OS crash can take in flush mode, and how long a pin
         # keeps LMDB from reusing freed pages (so how far the file can grow).
-        # Between checkpoints (flush mode) it starts writeback of what commits
-        # wrote every TRICKLE_S, so that no checkpoint meets a burst.
-        tick = min(interval, TRICKLE_S)
+        # Between checkpoints it starts writeback of what commits wrote, so
+        # that no checkpoint meets a burst: in flush mode every TRICKLE_S, in
+        # sync mode when a journal fdatasync has just returned (the committer
+        # sets _trickle_due), so that the writeback overlaps the callers' next
+        # work rather than their next fdatasync, and costs them no CPU.
+        synced = self._journal is not None
         next_checkpoint = time.monotonic() + interval
-        while not self._stop.wait(tick):
+        while True:
+            if synced:
+                if self._trickle_due.wait(max(0.0, next_checkpoint - time.monotonic())):
+                    self._trickle_due.clear()
+            else:
+                self._stop.wait(min(interval, TRICKLE_S))
+            if self._stop.is_set():
+                return
             try:
                 if time.monotonic() < next_checkpoint:
-                    if self._journal is None:
-                        # (sync mode starts writeback after each journal
-                        # fdatasync instead, away from the next one)
-                        for p in self._parts:
-                            p.checkpointer.trickle()
+                    for p in self._parts:
+                        p.checkpointer.trickle()
                     continue
                 next_checkpoint = time.monotonic() + interval
                 for p in self._parts:
@@ -772,8 +784,7 @@ class DedupStore:
             assert journal is not None
             try:
                 journal.sync(max(marks))
-                for part, _ in writes:
-                    part.checkpointer.trickle()  # as GroupCommitter does after its own sync
+                self._trickle_due.set()  # as GroupCommitter does after its own sync
             except BaseException as exc:
                 first = first or exc
         if first is not None:
