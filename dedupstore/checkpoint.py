@@ -261,11 +261,9 @@ def recover(directory: Path, ckpt: CheckpointFile) -> int | None:
 class Checkpointer:
     """Pins, syncs and records one environment's snapshots."""
 
-    def __init__(
-        self, env: lmdb.Environment, directory: Path, ckpt: CheckpointFile, journal: Journal | None = None
-    ) -> None:
+    def __init__(self, env: lmdb.Environment, directory: Path, ckpt: CheckpointFile) -> None:
         self._env = env
-        self._journal = journal
+        self._journal: Journal | None = None  # sync mode: see attach()
         self._part = 0
         self._data = directory / "data.mdb"
         self._ckpt = ckpt

@@ -162,8 +162,7 @@ class GroupCommitter:
                 # 6.6, and ran more fdatasyncs for fewer claims.)
                 assert self._journal is not None
                 try:
-                    self._journal.sync(mark)
-                    synced = True
+                    synced = self._journal.sync(mark)
                 except BaseException as exc:
                     for w in batch:
                         w.error = exc
@@ -245,7 +244,8 @@ class GroupCommitter:
         except BaseException:
             txn.abort()
             raise
-        if journal is not None and jt is not None:
+        if jt is not None:
+            assert journal is not None
             if not durable:
                 if jt.ops:
                     with journal.lock:

@@ -261,10 +261,11 @@ class Journal:
         """The mark of everything appended so far (caller holds :attr:`lock`)."""
         return self._current.seq, self._current.written
 
-    def sync(self, mark: tuple[int, int]) -> None:
+    def sync(self, mark: tuple[int, int]) -> bool:
         """Return once every record up to ``mark`` is on disk: the mark's
         segment and any earlier one not retired yet. At once if fdatasyncs
-        since already covered them (callers share them: group sync)."""
+        since already covered them (callers share them: group sync). True if
+        this call ran an fdatasync."""
         seq, end = mark
         with self._sync_lock:
             if self.failed is not None:
@@ -272,6 +273,7 @@ class Journal:
                     f"{self.dir}: an earlier journal fdatasync failed ({self.failed}); writes since may not be "
                     f"durable, so none is acknowledged. Close and reopen the store"
                 ) from self.failed
+            ran = False
             for seg in list(self._segments.values()):
                 if seg.seq > seq:
                     continue
@@ -286,6 +288,8 @@ class Journal:
                     raise DurabilityError(f"{seg.path}: journal fdatasync failed: {exc}") from exc
                 seg.synced = max(seg.synced, target)
                 self.syncs += 1
+                ran = True
+            return ran
 
     def rotate(self) -> None:
         """Start a new segment if the current one holds records (caller holds

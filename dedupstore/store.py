@@ -376,14 +376,15 @@ class DedupStore:
             # One step to any other opener: after a restart, every partition
             # is rolled back and replayed, then the previous boot's journal
             # segments are deleted (their txn ids mean other transactions now).
+            boot = checkpoint.boot_id()
             with recovery_lock(root):
                 if durability == "sync":
-                    self._journal = Journal(root, checkpoint.boot_id())
+                    self._journal = Journal(root, boot)
                 for i in range(self._info.partitions):
                     self._parts.append(
                         _Partition(root, i, self._info, map_size, self._hasher, self._journal, self._trickle_due.set)
                     )
-                clear_other_boots(root, checkpoint.boot_id())
+                clear_other_boots(root, boot)
         except BaseException:
             for p in self._parts:
                 p.close()
@@ -783,8 +784,8 @@ class DedupStore:
         if marks:
             assert journal is not None
             try:
-                journal.sync(max(marks))
-                self._trickle_due.set()  # as GroupCommitter does after its own sync
+                if journal.sync(max(marks)):
+                    self._trickle_due.set()  # as GroupCommitter does after its own fdatasync
             except BaseException as exc:
                 first = first or exc
         if first is not None:

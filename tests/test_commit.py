@@ -133,9 +133,9 @@ def test_writeback_starts_after_a_journal_fdatasync_not_before_the_next(env: Any
     events: list[str] = []
     real_sync = journal.sync
 
-    def sync(mark: tuple[int, int]) -> None:
+    def sync(mark: tuple[int, int]) -> bool:
         events.append("sync")
-        real_sync(mark)
+        return real_sync(mark)
 
     journal.sync = sync  # type: ignore[method-assign]
     gc = GroupCommitter(env, "test env", journal=journal, codes={id(None): 3}, checkpoint=lambda: None,
