@@ -20,11 +20,6 @@ store or environment, all on the same filesystem (``--dir``, default /tmp).
         created now vs one that is a horizon (12h) old, whose absent keys are
         probed in every live generation (the clock is injected, as the SPEC allows).
 
-Raw rows named "raw-2db" are extra, for explanation only: they do what a NEW
-claim writes (a record in one named database plus a pending-index entry in
-another) in plain py-lmdb, so the gap between ours and raw-2db is our code
-path, and the gap between raw-2db and raw is the pending index.
-
 This is a benchmark, not a test: it never asserts timings. It does check that
 every verdict is the one being measured (NEW, DUPLICATE), since a fast wrong
 answer would be worthless. Run it from outside the source tree so the
@@ -386,45 +381,28 @@ def machine(ws: Workspace, args: argparse.Namespace, samples: int) -> dict[str, 
 
 
 class RawSide:
-    """Plain py-lmdb: the key and value alone (``two_dbs``: record + pending entry, like a NEW claim)."""
+    """Plain py-lmdb: the key and value alone."""
 
-    GEN = b"\0\0\0\1"
-    NSP = b"\0\1"
-
-    def __init__(self, ws: Workspace, durability: str, value: bytes, two_dbs: bool) -> None:
+    def __init__(self, ws: Workspace, durability: str, value: bytes) -> None:
         self.ws = ws
-        self.path = ws.fresh(f"raw{'2' if two_dbs else ''}-{durability}")
-        self.env = open_raw(self.path, durability, max_dbs=4 if two_dbs else 0)
+        self.path = ws.fresh(f"raw-{durability}")
+        self.env = open_raw(self.path, durability, max_dbs=0)
         self.value = value
-        self.two_dbs = two_dbs
-        if two_dbs:
-            self.rec_db = self.env.open_db(b"records")
-            self.pend_db = self.env.open_db(b"pending")
 
     def one(self, k: bytes) -> None:
         with self.env.begin(write=True) as txn:
-            if self.two_dbs:
-                txn.put(self.NSP + self.GEN + k, self.value, overwrite=False, db=self.rec_db)
-                txn.put(self.NSP + k, self.GEN, overwrite=False, db=self.pend_db)
-            else:
-                txn.put(k, self.value, overwrite=False)
+            txn.put(k, self.value, overwrite=False)
 
     def many(self, keys: list[bytes]) -> None:
         with self.env.begin(write=True) as txn:
             put = txn.put
-            if self.two_dbs:
-                rec, pend, nsp, gen, value = self.rec_db, self.pend_db, self.NSP, self.GEN, self.value
-                for k in keys:
-                    put(nsp + gen + k, value, overwrite=False, db=rec)
-                    put(nsp + k, gen, overwrite=False, db=pend)
-            else:
-                value = self.value
-                for k in keys:
-                    put(k, value, overwrite=False)
+            value = self.value
+            for k in keys:
+                put(k, value, overwrite=False)
 
     def check(self, n: int) -> None:
         with self.env.begin() as txn:
-            got = txn.stat(self.rec_db)["entries"] if self.two_dbs else txn.stat()["entries"]
+            got = txn.stat()["entries"]
         if got != n:
             raise SystemExit(f"bench_core: raw side holds {got} entries, expected {n}")
 
@@ -484,15 +462,14 @@ def interleaved(sides: dict[str, Any], work: list[Any], warm: int, method: str) 
 def bench_single(
     ws: Workspace, rng: random.Random, p: dict[str, int], durability: str, value: bytes, partitions: int | None
 ) -> dict[str, Any]:
-    names = ["ours", "raw", "raw-2db"]
+    names = ["ours", "raw"]
     runs: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
     n_ops = p["single"]
     for _ in range(p["reps"]):
         sides: dict[str, Any] = {}
         try:
             sides["ours"] = OursSide(ws, durability, partitions)
-            sides["raw"] = RawSide(ws, durability, value, False)
-            sides["raw-2db"] = RawSide(ws, durability, value, True)
+            sides["raw"] = RawSide(ws, durability, value)
             total = p["warmup"] + n_ops
             keys = {n: make_keys(rng, total) for n in names}
             work = [{n: keys[n][i] for n in names} for i in range(total)]
@@ -513,7 +490,6 @@ def bench_single(
             "all": walls,
         }
     out["ratio"] = out["ours"]["us_per_op"] / out["raw"]["us_per_op"]
-    out["ratio_vs_raw_2db"] = out["ours"]["us_per_op"] / out["raw-2db"]["us_per_op"]
     # per-rep ratios (each rep's sides ran side by side): a noise-robust second view
     out["ratio_per_rep"] = [a / b for a, b in zip(out["ours"]["all"], out["raw"]["all"], strict=True)]
     return out
@@ -568,15 +544,13 @@ def bench_batch(ws: Workspace, rng: random.Random, p: dict[str, int], durability
             {
                 dp: lambda: OursSide(ws, durability, None),
                 "ours-p1": lambda: OursSide(ws, durability, 1),
-                "raw": lambda: RawSide(ws, durability, value, False),
-                "raw-2db": lambda: RawSide(ws, durability, value, True),
+                "raw": lambda: RawSide(ws, durability, value),
             },
         )
     )
     raw = out["raw"]["keys_per_s"]
     out["ratio"] = out[dp]["keys_per_s"] / raw
     out["ratio_p1"] = out["ours-p1"]["keys_per_s"] / raw
-    out["ratio_vs_raw_2db"] = out[dp]["keys_per_s"] / out["raw-2db"]["keys_per_s"]
     out["ratio_per_rep"] = [b / a for a, b in zip(out[dp]["all"], out["raw"]["all"], strict=True)]
     return out
 
@@ -606,7 +580,7 @@ def bench_aged(ws: Workspace, rng: random.Random, p: dict[str, int], value: byte
             {
                 names[0]: lambda: OursSide(ws, "flush", None),
                 names[1]: lambda: OursSide(ws, "flush", None, age_s=HORIZON_S),
-                "raw": lambda: RawSide(ws, "flush", value, False),
+                "raw": lambda: RawSide(ws, "flush", value),
             },
         )
     )
@@ -848,12 +822,6 @@ def report(res: dict[str, Any]) -> str:
         )
         row("      cpu per op (all threads)", us(r["ours"]["cpu_us_per_op"]), us(r["raw"]["cpu_us_per_op"]))
         row(
-            "      vs raw-2db (record + pending index)",
-            "",
-            us(r["raw-2db"]["us_per_op"]),
-            f"{r['ratio_vs_raw_2db']:.2f}",
-        )
-        row(
             "      min..max over reps",
             "{:,.0f}..{:,.0f}".format(*r["ours"]["min_max"]),
             "{:,.0f}..{:,.0f}".format(*r["raw"]["min_max"]),
@@ -890,7 +858,6 @@ def report(res: dict[str, Any]) -> str:
             us(r[dp]["cpu_us_per_key"]) + f" (p1 {r['ours-p1']['cpu_us_per_key']:.2f})",
             us(r["raw"]["cpu_us_per_key"]),
         )
-        row("      vs raw-2db (record + pending index)", "", kps(r["raw-2db"]), f"{r['ratio_vs_raw_2db']:.2f}")
         row(f"      ratio per rep, p={DEFAULT_PARTITIONS}", " ".join(f"{x:.2f}" for x in r["ratio_per_rep"]), "")
     r = res.get("threads")
     if r:
@@ -978,7 +945,6 @@ def report(res: dict[str, Any]) -> str:
         "",
         "ratios: (a),(b),(e) ours/raw per-op time (lower is better); (c) ours/raw throughput (higher is better);",
         "        (d) target is absolute: durable claims per second with 8 threads in sync mode.",
-        "raw-2db: plain py-lmdb writing what a NEW claim writes (record + pending-index entry, 2 named DBs).",
         f"elapsed : {res['elapsed_s']:.1f} s",
     ]
     return "\n".join(lines)

@@ -35,8 +35,9 @@ STATE_COMPLETED = DS_STATE_COMPLETED
 RECORD_VERSION = DS_RECORD_VERSION
 NO_TIME = DS_NO_TIME
 
-#: Generation number reserved for unresolved records moved out of evicted generations.
-PINNED_GEN = 0xFFFFFFFF
+#: The generation reported for an unresolved record: it lives in the
+#: ``pending`` database, in no generation (docs/format.md).
+UNRESOLVED_GEN = 0xFFFFFFFF
 
 cdef enum:
     C_MAX_KEY_BYTES = 400
@@ -333,19 +334,16 @@ def split_record_key(bytes lkey) -> tuple:
     )
 
 
-cdef bytes _pending_key(bytes prefix, int64_t first_seen, bytes key):
-    # Namespace, then first-seen time, then key: new entries append at the end
-    # of their namespace's range (one hot page per commit, not one random page
-    # per claim), and a walk lists unresolved effects oldest first.
+cdef bytes _unresolved_key(bytes prefix, bytes key):
+    # Namespace, then the business key: no generation. Unresolved records live
+    # in a small database of their own, which stays in memory whatever the
+    # store's size, so a claim writes one short leaf-to-root path instead of a
+    # path in a large generation plus an index entry (docs/benchmarks.md).
     cdef Py_ssize_t klen = PyBytes_GET_SIZE(key)
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, 10 + klen)
-    cdef uint8_t *p = <uint8_t *>PyBytes_AS_STRING(out)
-    cdef uint64_t t = (<uint64_t>first_seen) ^ (<uint64_t>1 << 63)  # sign bit flipped: numeric order
-    cdef int i
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, 2 + klen)
+    cdef char *p = PyBytes_AS_STRING(out)
     memcpy(p, PyBytes_AS_STRING(prefix), 2)
-    for i in range(8):
-        p[2 + i] = <uint8_t>(t >> (56 - 8 * i))
-    memcpy(p + 10, PyBytes_AS_STRING(key), klen)
+    memcpy(p + 2, PyBytes_AS_STRING(key), klen)
     return out
 
 
@@ -354,26 +352,23 @@ def bloom_key(bytes prefix, uint32_t gen) -> bytes:
     return b"B" + prefix + _gen_bytes(gen)
 
 
-def pending_key(bytes prefix, int64_t first_seen, bytes key) -> bytes:
-    return _pending_key(prefix, first_seen, key)
+def unresolved_key(bytes prefix, bytes key) -> bytes:
+    """Key of an unresolved record in the ``pending`` database."""
+    return _unresolved_key(prefix, key)
 
 
-def split_pending_key(bytes pkey) -> tuple:
-    """(namespace id, first_seen, business key) of a pending-index key."""
-    cdef const uint8_t *p = <const uint8_t *>PyBytes_AS_STRING(pkey)
-    cdef uint64_t t = 0
-    cdef int i
-    if PyBytes_GET_SIZE(pkey) <= 10:
-        raise StoreFormatError("a pending-index key is shorter than its prefix")
-    for i in range(8):
-        t = (t << 8) | p[2 + i]
-    return ((p[0] << 8) | p[1], <int64_t>(t ^ (<uint64_t>1 << 63)), pkey[10:])
+def split_unresolved_key(bytes ukey) -> tuple:
+    """(namespace id, business key) of a key in the ``pending`` database."""
+    cdef const uint8_t *p = <const uint8_t *>PyBytes_AS_STRING(ukey)
+    if PyBytes_GET_SIZE(ukey) <= 2:
+        raise StoreFormatError("a pending-database key is shorter than its namespace id")
+    return ((p[0] << 8) | p[1], ukey[2:])
 
 
 cdef inline uint32_t _gen_of(bytes g):
     cdef const uint8_t *p = <const uint8_t *>PyBytes_AS_STRING(g)
     if PyBytes_GET_SIZE(g) != 4:
-        raise StoreFormatError("a pending-index entry is corrupt")
+        raise StoreFormatError("a generation number is not 4 bytes")
     return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
 
 
@@ -393,11 +388,10 @@ include "_bloom.pxi"
 cdef struct gen_state:
     uint32_t sealed1   # first unsealed generation (0: none sealed)
     uint32_t newest    # newest generation any writer put a record in
-    uint8_t flags      # GS_PINNED: the pinned set may hold records
+    uint8_t flags      # reserved: 0 (kept as read)
 
 
 cdef enum:
-    GS_PINNED = 1
     GS_BYTES = 9
 
 
@@ -443,10 +437,13 @@ cdef class Space:
             return 0
         return <uint32_t>(now // self.gen_len)
 
-    cdef object _find(self, object get, bytes kb, uint32_t top, uint32_t *found, bint pinned=True):
-        """Probe generations from ``top`` down, then the pinned set; kb ends up
-        holding the key of the hit. A sealed generation whose filter rules the
-        key out is skipped; a "maybe" is always confirmed in LMDB."""
+    cdef object _find(self, object get, bytes kb, bytes key, uint32_t top, uint32_t *found):
+        """Probe generations from ``top`` down (completed records), then the
+        pending database (unresolved ones); a key is in exactly one place in
+        any snapshot. After a generation hit kb holds the record's key; a
+        pending hit sets ``found`` to UNRESOLVED_GEN. A sealed generation whose
+        filter rules the key out is skipped; a "maybe" is always confirmed in
+        LMDB."""
         cdef uint32_t g = top
         cdef object raw, bf
         cdef uint64_t h = 0
@@ -473,12 +470,9 @@ cdef class Space:
             if g <= self.oldest:
                 break
             g -= 1
-        if not pinned:
-            return None  # nothing was ever pinned in this namespace and partition
-        _set_gen(kb, PINNED_GEN)
-        raw = get(kb, None, self.records)
+        raw = get(_unresolved_key(self.prefix, key), None, self.pending)
         if raw is not None:
-            found[0] = PINNED_GEN
+            found[0] = UNRESOLVED_GEN
         return raw
 
     cdef uint32_t _reach(self, object get, int64_t now, gen_state *gs) except? 0:
@@ -519,11 +513,11 @@ cdef class Space:
         return 0
 
     def generation_state(self, txn) -> tuple:
-        """(first unsealed generation, newest generation written, pinned set
-        may be non-empty) as ``txn`` sees it."""
+        """(first unsealed generation, newest generation written) as ``txn``
+        sees it."""
         cdef gen_state gs
         self._read_state(txn.get, &gs)
-        return (gs.sealed1, gs.newest, bool(gs.flags & GS_PINNED))
+        return (gs.sealed1, gs.newest)
 
     def seal(self, txn, uint32_t gen) -> int:
         """Seal every generation up to ``gen``: no key is added to them any
@@ -596,26 +590,22 @@ cdef class Space:
 
     def evict_step(self, txn, int64_t horizon, int64_t now, long budget):
         """Evict, inside ``txn``, up to ``budget`` records of generations whose
-        every record is past ``horizon``, oldest generation first, then
-        completed records left in the pinned set.
+        every record is past ``horizon``, oldest generation first.
 
-        Completed records are deleted; unresolved ones (the only evidence of an
-        effect in flight) are moved to the pinned generation instead. The
-        frontier is raised in the same transaction as the first deletion that
-        needs it, so it can never lag the evidence it describes, and never
-        moves backwards. Returns (deleted, pinned, budget_left, oldest): the
-        caller passes ``oldest`` to advance_oldest() after the commit."""
+        Generations hold completed records only: unresolved ones (the only
+        evidence of an effect in flight) live in the pending database, which
+        eviction never touches. The frontier is raised in the same transaction
+        as the first deletion that needs it, so it can never lag the evidence
+        it describes, and never moves backwards. Returns (deleted, budget_left,
+        oldest): the caller passes ``oldest`` to advance_oldest() after the
+        commit."""
         cdef object get = txn.get
         cdef uint32_t oldest = self.stored_oldest(txn)
         cdef uint32_t current = self.generation(now)
         cdef int64_t frontier = self._frontier(get)
-        cdef int64_t gen_end, seen_end
-        cdef long deleted = 0, moved = 0, visits
-        cdef gen_state gs
-        cdef bint pinned_flagged = False
+        cdef int64_t gen_end
+        cdef long deleted = 0
         cdef bytes start
-        cdef object k, v
-        cdef ds_record rec
         cdef bint positioned
         cur = txn.cursor(db=self.records)
         while budget > 0 and oldest < current:
@@ -624,91 +614,61 @@ cdef class Space:
                 break
             start = record_key(self.prefix, oldest, b"")
             positioned = cur.set_range(start)
+            if positioned and cur.key().startswith(start) and frontier < gen_end:
+                # Before the first record of this generation goes.
+                frontier = gen_end
+                txn.put(self.frontier_key, int.to_bytes(frontier, 8, "little", signed=True), False, True, False,
+                        self.meta)
             while positioned and budget > 0:
-                k = cur.key()
-                if not k.startswith(start):
+                if not cur.key().startswith(start):
                     positioned = False
                     break
-                v = cur.value()
-                _decode(v, &rec)
-                if rec.state == DS_STATE_COMPLETED:
-                    if frontier < gen_end:
-                        frontier = gen_end
-                        txn.put(self.frontier_key, int.to_bytes(frontier, 8, "little", signed=True), False, True, False,
-                                self.meta)
-                    deleted += 1
-                else:
-                    kb = k[C_KEY_PREFIX_BYTES:]
-                    if not pinned_flagged:
-                        # Probes skip the pinned set until something is put there.
-                        self._read_state(get, &gs)
-                        if not gs.flags & GS_PINNED:
-                            gs.flags |= GS_PINNED
-                            self._write_state(txn, &gs)
-                        pinned_flagged = True
-                    txn.put(record_key(self.prefix, PINNED_GEN, kb), v, False, True, False, self.records)
-                    txn.put(_pending_key(self.prefix, rec.first_seen, kb), _gen_bytes(PINNED_GEN), False, True, False,
-                            self.pending)
-                    moved += 1
                 positioned = cur.delete()
+                deleted += 1
                 budget -= 1
             if positioned:
                 break  # budget spent inside this generation
             txn.delete(bloom_key(self.prefix, oldest), b"", self.meta)
             oldest += 1
             txn.put(b"O" + self.prefix, _gen_bytes(oldest), False, True, False, self.meta)
-        if budget > 0:
-            # No generation is due any more: sweep completed records out of the pinned set.
-            start = record_key(self.prefix, PINNED_GEN, b"")
-            positioned = cur.set_range(start)
-            visits = 8 * budget  # unresolved records stay; bound the time spent walking past them
-            while positioned and budget > 0 and visits > 0:
-                visits -= 1
-                k = cur.key()
-                if not k.startswith(start):
-                    break
-                v = cur.value()
-                _decode(v, &rec)
-                if rec.state == DS_STATE_COMPLETED and rec.first_seen + horizon <= now:
-                    seen_end = (rec.first_seen // self.gen_len + 1) * self.gen_len
-                    if frontier < seen_end:
-                        frontier = seen_end
-                        txn.put(self.frontier_key, int.to_bytes(frontier, 8, "little", signed=True), False, True, False,
-                                self.meta)
-                    positioned = cur.delete()
-                    deleted += 1
-                    budget -= 1
-                else:
-                    positioned = cur.next()
         if deleted:
             raw = get(b"E" + self.prefix, None, self.meta)
             total = deleted + (0 if raw is None else int.from_bytes(raw, "little"))
             txn.put(b"E" + self.prefix, total.to_bytes(8, "little"), False, True, False, self.meta)
-        return (deleted, moved, budget, oldest)
+        return (deleted, budget, oldest)
 
     def evicted_total(self, txn) -> int:
         cdef object raw = txn.get(b"E" + self.prefix, None, self.meta)
         return 0 if raw is None else int.from_bytes(raw, "little")
 
     def lookup(self, txn, bytes key, int64_t now):
-        """(generation, raw record) or None."""
+        """(generation, raw record) or None; an unresolved record's generation
+        is UNRESOLVED_GEN."""
         cdef uint32_t found = 0
         cdef gen_state gs
         cdef bytes kb = _new_key(self.prefix, key)
         cdef object get = txn.get
         cdef uint32_t top = self._reach(get, now, &gs)
-        raw = self._find(get, kb, top, &found, gs.flags & GS_PINNED)
+        raw = self._find(get, kb, key, top, &found)
         if raw is None:
             return None
         return (found, raw)
+
+    cdef inline int _put_back(self, object txn, bytes kb, bytes key, uint32_t found, bytes stored) except -1:
+        # Rewrite a record where it was found: its generation, or the pending database.
+        if found == UNRESOLVED_GEN:
+            txn.put(_unresolved_key(self.prefix, key), stored, False, True, False, self.pending)
+        else:
+            txn.put(kb, stored, False, True, False, self.records)
+        return 0
 
     def claim(self, txn, bytes key, object digest, int64_t now, int64_t lease, int64_t event_time,
               object claimant, object event_id, bint write):
         """Decide a claim. Returns (status, token, retry_after_us, raw_record,
         other_event, wrote, generation), or None when ``write`` is false and
         the verdict needs a write (the caller retries in a write transaction).
-        ``generation`` is where the record lives, which for an old key is not
-        the current one."""
+        ``generation`` is where the record lives: UNRESOLVED_GEN for one that
+        is not completed, which is where a NEW record goes."""
         cdef ds_record cur, nxt
         cdef ds_claim_req req
         cdef ds_claim_out out
@@ -717,7 +677,7 @@ cdef class Space:
         cdef object get = txn.get
         cdef bytes kb = _new_key(self.prefix, key)
         cdef uint32_t top = self._reach(get, now, &gs)
-        cdef object raw = self._find(get, kb, top, &found, gs.flags & GS_PINNED)
+        cdef object raw = self._find(get, kb, key, top, &found)
         cdef bytes stored
 
         memset(&req, 0, sizeof(req))
@@ -742,14 +702,9 @@ cdef class Space:
                 req.frontier = self._frontier(get)
             req.fresh_token = ds_next_token(&_token_state)
             ds_claim_decide(NULL, &req, &nxt, &out)
-            _set_gen(kb, top)
             stored = _encode(&nxt)
-            txn.put(kb, stored, False, True, False, self.records)
-            txn.put(_pending_key(self.prefix, now, key), _gen_bytes(top), False, True, False, self.pending)
-            if top > gs.newest:
-                gs.newest = top
-                self._write_state(txn, &gs)
-            return (out.status, out.token, 0, stored, False, True, top)
+            txn.put(_unresolved_key(self.prefix, key), stored, False, True, False, self.pending)
+            return (out.status, out.token, 0, stored, False, True, UNRESOLVED_GEN)
 
         _decode(raw, &cur)
         req.fresh_token = ds_next_token(&_token_state)
@@ -759,17 +714,19 @@ cdef class Space:
         if not write:
             return None
         stored = _encode(&nxt)
-        txn.put(kb, stored, False, True, False, self.records)
+        self._put_back(txn, kb, key, found, stored)
         return (out.status, out.token, out.retry_after, stored, bool(out.other_event), True, found)
 
     def complete(self, txn, bytes key, uint64_t token, bytes outcome, int64_t now):
-        """(op code, raw record after, generation it lives in)."""
+        """(op code, raw record after, generation it lives in). The completed
+        record moves from the pending database to the generation probes start
+        from: the current one, unless a newer one was written or it is sealed."""
         cdef ds_record cur, nxt
         cdef bytes kb = _new_key(self.prefix, key)
         cdef uint32_t found = 0
         cdef gen_state gs
         cdef uint32_t top = self._reach(txn.get, now, &gs)
-        cdef object raw = self._find(txn.get, kb, top, &found, gs.flags & GS_PINNED)
+        cdef object raw = self._find(txn.get, kb, key, top, &found)
         cdef int rc
         cdef bytes stored
         if raw is None:
@@ -779,45 +736,44 @@ cdef class Space:
                                 <uint32_t>PyBytes_GET_SIZE(outcome), now, &nxt)
         if rc != DS_OP_APPLY:
             return (rc, raw, found)
+        if found != UNRESOLVED_GEN:
+            raise StoreFormatError("an unresolved record was found in a generation (store format violated)")
         stored = _encode(&nxt)
+        txn.delete(_unresolved_key(self.prefix, key), b"", self.pending)
+        _set_gen(kb, top)
         txn.put(kb, stored, False, True, False, self.records)
-        txn.delete(_pending_key(self.prefix, cur.first_seen, key), b"", self.pending)
-        return (rc, stored, found)
+        if top > gs.newest:
+            gs.newest = top
+            self._write_state(txn, &gs)
+        return (rc, stored, top)
 
     def release(self, txn, bytes key, uint64_t token, int64_t now):
         cdef ds_record cur
-        cdef bytes kb = _new_key(self.prefix, key)
-        cdef uint32_t found = 0
-        cdef gen_state gs
-        cdef uint32_t top = self._reach(txn.get, now, &gs)
-        cdef object raw = self._find(txn.get, kb, top, &found, gs.flags & GS_PINNED)
+        cdef object raw = txn.get(_unresolved_key(self.prefix, key), None, self.pending)
         if raw is None:
-            return DS_OP_LEASE_LOST
+            return DS_OP_LEASE_LOST  # only an unresolved record can be released
         _decode(raw, &cur)
         if ds_release_decide(&cur, token) != DS_OP_APPLY:
             return DS_OP_LEASE_LOST
-        txn.delete(kb, b"", self.records)
-        txn.delete(_pending_key(self.prefix, cur.first_seen, key), b"", self.pending)
+        txn.delete(_unresolved_key(self.prefix, key), b"", self.pending)
         return DS_OP_APPLY
 
     def renew(self, txn, bytes key, uint64_t token, int64_t now, int64_t lease):
         """(op code, raw record after, generation it lives in)."""
         cdef ds_record cur, nxt
-        cdef bytes kb = _new_key(self.prefix, key)
-        cdef uint32_t found = 0
-        cdef gen_state gs
-        cdef uint32_t top = self._reach(txn.get, now, &gs)
-        cdef object raw = self._find(txn.get, kb, top, &found, gs.flags & GS_PINNED)
+        cdef bytes ukey = _unresolved_key(self.prefix, key)
+        cdef object raw = txn.get(ukey, None, self.pending)
         cdef bytes stored
         if raw is None:
-            return (DS_OP_LEASE_LOST, None, 0)
+            # Only an unresolved record holds a lease; report what is there.
+            found = self.lookup(txn, key, now)
+            return (DS_OP_LEASE_LOST, None, 0) if found is None else (DS_OP_LEASE_LOST, found[1], found[0])
         _decode(raw, &cur)
         if ds_renew_decide(&cur, token, now, lease, &nxt) != DS_OP_APPLY:
-            return (DS_OP_LEASE_LOST, raw, found)
+            return (DS_OP_LEASE_LOST, raw, UNRESOLVED_GEN)
         stored = _encode(&nxt)
-        txn.put(kb, stored, False, True, False, self.records)
-        return (DS_OP_APPLY, stored, found)
-
+        txn.put(ukey, stored, False, True, False, self.pending)
+        return (DS_OP_APPLY, stored, UNRESOLVED_GEN)
 
 def claim_batch(list spaces, list order, txn, list keys, list digests, int64_t now, int64_t lease,
                 list event_times, object claimant, list results, bint write):

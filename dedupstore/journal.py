@@ -38,9 +38,7 @@ sequence of ops, each ``op u8 (1 put, 2 delete) | db u8 | key length u16 |
 value length u32 | key | value`` (``db``: 1 records, 2 pending, 3 meta). A
 torn or corrupt record ends the segment's replay (nothing after it was
 acknowledged: a record is acknowledged only once the fdatasync that wrote it
-returned). Stores written before the journal was shared kept one journal per
-partition (``<partition>/journal/``, magic "DSJ1", no partition field); an
-open after a restart replays those too.
+returned).
 """
 
 from __future__ import annotations
@@ -52,7 +50,7 @@ import threading
 import uuid
 import zlib
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,8 +62,6 @@ from .errors import DurabilityError, StoreFormatError
 JOURNAL_DIR = "journal"
 MAGIC = b"DSJ2"
 _HEAD = struct.Struct("<4sIQH")  # magic, payload length, txn id, partition
-LEGACY_MAGIC = b"DSJ1"
-_LEGACY_HEAD = struct.Struct("<4sIQ")  # magic, payload length, txn id (one journal per partition)
 RECOVERY_LOCK = ".recovery.lock"
 _OP = struct.Struct("<BBHI")  # op, db, key length, value length
 _CRC = struct.Struct("<I")
@@ -157,20 +153,13 @@ def encode(part: int, txnid: int, ops: list[tuple[int, int, bytes, bytes]]) -> b
 
 def decode(raw: bytes) -> Iterator[tuple[int, int, list[tuple[int, int, bytes, bytes]]]]:
     """The intact records of one segment, in order, as (partition, txn id,
-    ops); stops at the first torn one. A legacy per-partition record's
-    partition is -1 (the partition whose directory holds it)."""
+    ops); stops at the first torn one."""
     at = 0
-    while at + _LEGACY_HEAD.size <= len(raw):
-        magic = raw[at : at + 4]
-        if magic == MAGIC and at + _HEAD.size <= len(raw):
-            _, length, txnid, part = _HEAD.unpack_from(raw, at)
-            start = at + _HEAD.size
-        elif magic == LEGACY_MAGIC:
-            _, length, txnid = _LEGACY_HEAD.unpack_from(raw, at)
-            part = -1
-            start = at + _LEGACY_HEAD.size
-        else:
+    while at + _HEAD.size <= len(raw):
+        if raw[at : at + 4] != MAGIC:
             return
+        _, length, txnid, part = _HEAD.unpack_from(raw, at)
+        start = at + _HEAD.size
         end = start + length
         if end + _CRC.size > len(raw):
             return
@@ -402,27 +391,22 @@ def recovery_lock(root: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def replay(env: lmdb.Environment, dbs: dict[int, Any], root: Path, part_dir: Path, part: int, after: int) -> int:
-    """Apply, in txn order, every journaled transaction of partition ``part``
-    after txn ``after``: from the store's journal and from a legacy
-    per-partition one (caller holds the partition's checkpoint lock; no other
-    process has it open in this boot). Returns how many were applied."""
+def replay(env: lmdb.Environment, dbs: dict[int, Any], root: Path, part: int, after: int) -> int:
+    """Apply, in txn order, every transaction of partition ``part`` after txn
+    ``after`` in the store's journal (caller holds the partition's checkpoint
+    lock; no other process has it open in this boot). Returns how many were
+    applied."""
     records: dict[int, list[tuple[int, int, bytes, bytes]]] = {}
-    sources = [(root / JOURNAL_DIR, part), (part_dir / JOURNAL_DIR, -1)]
-    for jdir, want in sources:
-        if not jdir.is_dir():
+    jdir = root / JOURNAL_DIR
+    for path in sorted(jdir.iterdir()) if jdir.is_dir() else []:
+        if path.name.startswith("."):
             continue
-        for path in sorted(jdir.iterdir()):
-            if path.name.startswith("."):
+        for rpart, txnid, ops in decode(path.read_bytes()):
+            if rpart != part or txnid <= after:
                 continue
-            for rpart, txnid, ops in decode(path.read_bytes()):
-                if rpart != want or txnid <= after:
-                    continue
-                if txnid in records and records[txnid] != ops:
-                    raise StoreFormatError(
-                        f"{path}: two different journal records for txn {txnid} of partition {part}"
-                    )
-                records[txnid] = ops
+            if txnid in records and records[txnid] != ops:
+                raise StoreFormatError(f"{path}: two different journal records for txn {txnid} of partition {part}")
+            records[txnid] = ops
     if records:
         with env.begin(write=True) as txn:
             for txnid in sorted(records):
@@ -435,14 +419,3 @@ def replay(env: lmdb.Environment, dbs: dict[int, Any], root: Path, part_dir: Pat
                     else:
                         raise StoreFormatError(f"journal record for txn {txnid} of partition {part}: unknown op {op}")
     return len(records)
-
-
-def clear_legacy(part_dir: Path) -> None:
-    """Delete a legacy per-partition journal (after a replay and the
-    checkpoint that covers it)."""
-    jdir = part_dir / JOURNAL_DIR
-    if jdir.is_dir():
-        for path in jdir.iterdir():
-            path.unlink(missing_ok=True)
-        with suppress(OSError):
-            jdir.rmdir()

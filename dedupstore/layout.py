@@ -2,7 +2,7 @@
 partition (docs/format.md is the byte-level description; keep them in step).
 
     <path>/meta/     format record, store secret, namespace registry
-    <path>/p000/     partition 0: records, pending index, partition meta
+    <path>/p000/     partition 0: completed records by generation, unresolved records, partition meta
     <path>/p001/ ...
 """
 
@@ -20,7 +20,7 @@ import lmdb
 
 from .errors import StoreFormatError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MAGIC = "dedupstore"
 MAX_PARTITIONS = 256
 DEFAULT_PARTITIONS = 4

@@ -38,7 +38,7 @@ from .errors import (
     StoreFormatError,
     UnknownNamespaceError,
 )
-from .journal import Journal, clear_legacy, clear_other_boots, recovery_lock, replay
+from .journal import Journal, clear_other_boots, recovery_lock, replay
 from .layout import (
     DEFAULT_MAP_SIZE,
     DURABILITY,
@@ -186,7 +186,7 @@ class _Partition:
                     if restarted:
                         assert rec is not None
                         self.replayed = replay(
-                            self.env, {1: self.records, 2: self.pending, 3: self.meta}, root, path, index, rec.txnid
+                            self.env, {1: self.records, 2: self.pending, 3: self.meta}, root, index, rec.txnid
                         )
                     if self.recovered_to is not None or self.replayed:
                         log.warning(
@@ -202,11 +202,6 @@ class _Partition:
                             check_partition_format(raw, info, index, path)
                     self.checkpointer = Checkpointer(self.env, path, self.ckpt)
                     self.checkpointer.checkpoint(locked=True)
-                    if restarted:
-                        # A legacy per-partition journal: replayed, and now in
-                        # the checkpoint. (The store journal's segments of the
-                        # previous boot go once every partition is open.)
-                        clear_legacy(path)
                     if journal is not None:
                         self.checkpointer.attach(journal, index)
                 except lmdb.Error as exc:
@@ -957,15 +952,10 @@ class DedupStore:
                 cursor = txn.cursor(db=part.pending)
                 if not cursor.set_range(prefix):
                     continue
-                for k, g in cursor:
+                for k, raw in cursor:
                     if not k.startswith(prefix):
                         break
-                    gen = int.from_bytes(g, "big")
-                    _, _, kb = _native.split_pending_key(k)
-                    raw = txn.get(_native.record_key(prefix, gen, kb), db=part.records)
-                    if raw is None:
-                        raise StoreFormatError(f"pending index names {namespace}/{kb!r} but its record is missing")
-                    out.append(Record.from_raw(namespace, kb, gen, raw, now))
+                    out.append(Record.from_raw(namespace, k[2:], _native.UNRESOLVED_GEN, raw, now))
         out.sort(key=lambda r: r.first_seen)
         return out if limit is None else out[:limit]
 
@@ -984,8 +974,8 @@ class DedupStore:
             info = p.env.info()
             st = p.env.stat()
             with p.env.begin() as txn:
-                records = txn.stat(p.records)["entries"]
-                pending = txn.stat(p.pending)["entries"]
+                pending = txn.stat(p.pending)["entries"]  # unresolved records live apart
+                records = txn.stat(p.records)["entries"] + pending
             size = (info["last_pgno"] + 1) * st["psize"]
             total_bytes += size
             parts.append(
@@ -1090,7 +1080,7 @@ class DedupStore:
             try:
                 if tokens >= 1:
                     done = self.evict(int(tokens))
-                    tokens -= done["deleted"] + done["pinned"]
+                    tokens -= done["deleted"]
                 if self._bloom and now >= next_filters:
                     next_filters = now + 1.0
                     self.refresh_prefilter(limit=FILTERS_PER_REFRESH)
@@ -1123,7 +1113,7 @@ class DedupStore:
                 if target >= space.oldest:
                     part.committer.run(functools.partial(space.seal, gen=target), durable=False)
                 with part.env.begin() as txn:
-                    sealed1, _, _ = space.generation_state(txn)
+                    sealed1, _ = space.generation_state(txn)
                     oldest = space.stored_oldest(txn)
                     # Newest first, and only so far back: an old store whose
                     # eviction was off has long runs of empty generations.
@@ -1163,13 +1153,14 @@ class DedupStore:
         them (default: all that are due), ``eviction_batch`` per transaction.
 
         Whole generations are removed oldest first once every record in them
-        is past the horizon; unresolved records are moved to the pinned set
-        instead of deleted. Returns counts: ``deleted``, ``pinned``.
+        is past the horizon. Generations hold completed records only:
+        unresolved ones live apart and are never evicted. Returns counts:
+        ``deleted``.
         """
         self._check()
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
             raise InvalidInputError(f"budget must be a non-negative int or None; got {budget!r}")
-        totals = {"deleted": 0, "pinned": 0}
+        totals = {"deleted": 0}
         remaining = budget
         now = self._now_us()
         for name, cfg in self.namespaces().items():
@@ -1181,13 +1172,12 @@ class DedupStore:
                     # Maintenance: not waited on (sync mode journals it, and
                     # the next durable commit's fdatasync carries it). A lost
                     # eviction only brings back records and the frontier together.
-                    deleted, pinned, left, oldest = part.committer.run(
+                    deleted, left, oldest = part.committer.run(
                         functools.partial(space.evict_step, horizon=horizon_us, now=now, budget=step),
                         durable=False,
                     )
                     space.advance_oldest(oldest)
                     totals["deleted"] += deleted
-                    totals["pinned"] += pinned
                     if remaining is not None:
                         remaining -= step - left
                     if left > 0:

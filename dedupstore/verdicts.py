@@ -73,6 +73,8 @@ class Record:
     claimant: bytes | None
     outcome: bytes | None
     other_events: int
+    #: The generation holding a completed record; 0xFFFFFFFF for an
+    #: unresolved one, which lives apart from generations (docs/format.md).
     generation: int
 
     @classmethod

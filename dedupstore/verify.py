@@ -1,8 +1,8 @@
 """``verify_store``: read-only checks of a store directory against docs/format.md.
 
 Everything here reads. Each LMDB environment is opened read-only and examined
-in one read transaction (so a partition's records and pending index are
-compared as one commit left them, even while another process writes), and no
+in one read transaction (so a partition's generations and pending database
+are compared as one commit left them, even while another process writes), and no
 ``DedupStore`` handle is opened: opening one would create a missing partition
 directory, which would hide the very damage this is looking for.
 
@@ -21,11 +21,11 @@ What is checked, in order (docs/cli/verify.md lists every problem kind):
   of every database touching every key and value (so every branch, leaf and
   overflow page is reached; LMDB reports a page it cannot reach or read as an
   error), with the entries walked compared to the count in the database header;
-- every record: its key splits, its value decodes, its namespace id is
-  registered, it is routed to this partition, its generation is one lookups
-  probe (at or above the partition's oldest generation, or pinned); PENDING
-  records have a pending-index entry naming their generation and COMPLETED ones
-  have none; every pending-index entry has its record.
+- every record, in a generation or in the pending database: its key splits,
+  its value decodes, its namespace id is registered, it is routed to this
+  partition; a generation holds COMPLETED records only, at or above the
+  partition's oldest generation (the ones lookups probe); the pending database
+  holds PENDING records only, none of them also in a generation.
 """
 
 from __future__ import annotations
@@ -80,12 +80,11 @@ PROBLEM_KINDS = {
     "record-decode": "a record value that does not decode (unknown record version, bad state or flags, wrong size)",
     "record-namespace": "a record whose namespace id is not registered",
     "record-partition": "a record stored in a partition its key does not route to (lookups never find it)",
-    "record-generation": "a record below the partition's oldest generation and not pinned (lookups never probe it)",
-    "pending-missing": "a PENDING record without its pending-index entry",
-    "pending-generation": "a pending-index entry naming another generation than the PENDING record's",
-    "pending-completed": "a COMPLETED record still in the pending index",
-    "pending-orphan": "a pending-index entry whose record does not exist (or is another record, first seen later)",
-    "pending-entry": "a pending-index entry with a malformed key or value, or an unregistered namespace id",
+    "record-generation": "a record below the partition's oldest generation (lookups never probe it)",
+    "record-unresolved": "a PENDING record in a generation (unresolved records live in the pending database)",
+    "pending-entry": "a pending-database key shorter than its 2-byte prefix or with a business key over 400 bytes",
+    "pending-completed": "a COMPLETED record in the pending database (completed records live in a generation)",
+    "pending-duplicate": "a key both in the pending database and in a generation (lookups find the generation's)",
 }
 
 
@@ -134,8 +133,6 @@ class PartitionReport:
     records: int = 0
     pending_records: int = 0
     completed_records: int = 0
-    pinned_records: int = 0
-    pending_entries: int = 0
     lmdb: EnvFigures = field(default_factory=EnvFigures)
 
     def to_dict(self) -> dict[str, Any]:
@@ -145,8 +142,6 @@ class PartitionReport:
             "records": self.records,
             "pending_records": self.pending_records,
             "completed_records": self.completed_records,
-            "pinned_records": self.pinned_records,
-            "pending_entries": self.pending_entries,
             "lmdb": self.lmdb.to_dict(),
         }
 
@@ -180,8 +175,6 @@ class VerifyReport:
             "records": self.total("records"),
             "pending_records": self.total("pending_records"),
             "completed_records": self.total("completed_records"),
-            "pinned_records": self.total("pinned_records"),
-            "pending_entries": self.total("pending_entries"),
             "bytes_used": sum(p.lmdb.bytes_used for p in self.partition_reports),
             "partition_stats": [p.to_dict() for p in self.partition_reports],
             "problems_total": self.problems_total,
@@ -422,11 +415,12 @@ class _Verifier:
             self.problem(where, "partition-missing", f"{path} does not exist: this partition's records are gone")
             return None
         rec = read_record(path)
-        replay_due = rec is not None and rec.boot != checkpoint.boot_id() and any(
-            not seg.name.startswith(".")
-            for jdir in (self.root / JOURNAL_DIR, path / JOURNAL_DIR)  # the store's, a legacy partition's
-            if jdir.is_dir()
-            for seg in jdir.iterdir()
+        jdir = self.root / JOURNAL_DIR
+        replay_due = (
+            rec is not None
+            and rec.boot != checkpoint.boot_id()
+            and jdir.is_dir()
+            and any(not seg.name.startswith(".") for seg in jdir.iterdir())
         )
         if rollback_due(path, rec) or replay_due:
             assert rec is not None
@@ -544,15 +538,33 @@ class _Verifier:
 
             get = txn.get
             split = _native.split_record_key
-            split_pending = _native.split_pending_key
-            pending_key = _native.pending_key
+            split_unresolved = _native.split_unresolved_key
             decode = _native.decode_record
             route = hasher.route
-            pinned = _native.PINNED_GEN
             state_pending = _native.STATE_PENDING
             max_key = _native.MAX_KEY_BYTES
             label = self.label
             problem = self.problem
+            newest: dict[int, int] = {}  # namespace id -> newest generation holding a record
+
+            def common(at: str, name: str, ns_id: int, key: bytes, v: bytes, kind: str) -> tuple[Any, ...] | None:
+                """Checks every record gets wherever it lives; its decoded form, or None."""
+                if len(key) > max_key:
+                    problem(where, kind, f"{at}: business key is {len(key)} bytes, over {max_key}", name)
+                try:
+                    rec = decode(v)
+                except Exception as exc:  # StoreFormatError: version, state, flags or lengths
+                    problem(where, "record-decode", f"{at}: {exc}", name)
+                    return None
+                if ns_id not in self.ns_by_id:
+                    problem(where, "record-namespace", f"{at}: namespace id {ns_id} is not registered", name)
+                elif len(key) <= max_key:
+                    routed = route(ns_id.to_bytes(2, "big"), key, partitions)
+                    if routed != index:
+                        problem(
+                            where, "record-partition", f"{at}: the key routes to partition {routed}, not {index}", name
+                        )
+                return rec
 
             def record(k: bytes, v: bytes) -> None:
                 report.records += 1
@@ -565,100 +577,67 @@ class _Verifier:
                     problem(where, "record-key", f"record key {k!r}: {exc}", _text(k))
                     return
                 name = label(ns_id, key)
-                at = f"{name} (generation {'pinned' if gen == pinned else gen})"
-                if len(key) > max_key:
-                    problem(where, "record-key", f"{at}: business key is {len(key)} bytes, over {max_key}", name)
-                try:
-                    rec = decode(v)
-                except Exception as exc:  # StoreFormatError: version, state, flags or lengths
-                    problem(where, "record-decode", f"{at}: {exc}", name)
+                at = f"{name} (generation {gen})"
+                rec = common(at, name, ns_id, key, v, "record-key")
+                if rec is None:
                     return
                 if rec[0] == state_pending:
                     report.pending_records += 1
+                    problem(
+                        where,
+                        "record-unresolved",
+                        f"{at}: PENDING in a generation (unresolved records live in the pending database)",
+                        name,
+                    )
                 else:
                     report.completed_records += 1
-                prefix = k[:2]
-                if ns_id not in self.ns_by_id:
-                    problem(where, "record-namespace", f"{at}: namespace id {ns_id} is not registered", name)
-                else:
-                    if len(key) <= max_key and route(prefix, key, partitions) != index:
-                        problem(
-                            where,
-                            "record-partition",
-                            f"{at}: the key routes to partition {route(prefix, key, partitions)}, not {index}",
-                            name,
-                        )
-                    if gen != pinned and gen < oldest[ns_id]:
+                if ns_id in self.ns_by_id:
+                    newest[ns_id] = max(newest.get(ns_id, gen), gen)
+                    if gen < oldest[ns_id]:
                         problem(
                             where,
                             "record-generation",
                             f"{at}: below the partition's oldest generation {oldest[ns_id]}, so lookups never probe it",
                             name,
                         )
-                if gen == pinned:
-                    report.pinned_records += 1
-                entry = get(pending_key(prefix, rec[3], key), None, pending_db)
-                gen_bytes = k[2:6]
-                if rec[0] == state_pending:
-                    if entry is None:
-                        problem(where, "pending-missing", f"{at}: PENDING but absent from the pending index", name)
-                    elif entry != gen_bytes:
-                        named = int.from_bytes(entry, "big") if len(entry) == 4 else "0x" + entry.hex()
-                        problem(
-                            where,
-                            "pending-generation",
-                            f"{at}: PENDING but its pending-index entry names generation {named}",
-                            name,
-                        )
-                elif entry == gen_bytes:
-                    problem(where, "pending-completed", f"{at}: COMPLETED but still in the pending index", name)
 
             self.walk(where, "records", txn, records_db, record)
 
             def pending_entry(k: bytes, v: bytes) -> None:
-                report.pending_entries += 1
+                report.records += 1
+                self.done += 1
                 try:
-                    ns_id, first_seen, key = split_pending(k)
+                    ns_id, key = split_unresolved(k)
                 except Exception as exc:  # StoreFormatError from the native splitter
                     problem(where, "pending-entry", f"pending key {k!r}: {exc}", _text(k))
                     return
                 name = label(ns_id, key)
-                if len(key) > max_key:
-                    problem(where, "pending-entry", f"{name}: business key is {len(key)} bytes, over {max_key}", name)
+                at = f"{name} (pending)"
+                rec = common(at, name, ns_id, key, v, "pending-entry")
+                if rec is None:
                     return
-                if len(v) != 4:
+                if rec[0] == state_pending:
+                    report.pending_records += 1
+                else:
+                    report.completed_records += 1
                     problem(
                         where,
-                        "pending-entry",
-                        f"{name}: pending value is {len(v)} bytes, not a 4-byte generation",
+                        "pending-completed",
+                        f"{at}: COMPLETED in the pending database (completed records live in a generation)",
                         name,
                     )
-                    return
                 if ns_id not in self.ns_by_id:
-                    problem(where, "pending-entry", f"{name}: namespace id {ns_id} is not registered", name)
-                gen = int.from_bytes(v, "big")
-                shown = "pinned" if gen == pinned else gen
-                raw = get(_native.record_key(k[:2], gen, key), None, records_db)
-                if raw is None:
-                    problem(
-                        where,
-                        "pending-orphan",
-                        f"{name}: the pending index names generation {shown}, which holds no record of it",
-                        name,
-                    )
                     return
-                try:
-                    seen = decode(raw)[3]
-                except Exception:  # reported by the record walk
-                    return
-                if seen != first_seen:
-                    problem(
-                        where,
-                        "pending-orphan",
-                        f"{name}: the pending entry is for a record first seen at {first_seen} us, but the record in "
-                        f"generation {shown} was first seen at {seen} us",
-                        name,
-                    )
+                # Few records are unresolved: probing every live generation for each is cheap.
+                for gen in range(oldest[ns_id], newest.get(ns_id, -1) + 1):
+                    if get(_native.record_key(k[:2], gen, key), None, records_db) is not None:
+                        problem(
+                            where,
+                            "pending-duplicate",
+                            f"{at}: also in generation {gen}, whose record lookups find first",
+                            name,
+                        )
+                        break
 
             self.walk(where, "pending", txn, pending_db, pending_entry)
         return report
@@ -710,7 +689,7 @@ def verify_store(
                 opened.append((index, *got))
         for _, env, _, dbs in opened:
             with env.begin() as txn:
-                v.expected += int(txn.stat(dbs[b"records"])["entries"])
+                v.expected += sum(int(txn.stat(dbs[name])["entries"]) for name in (b"records", b"pending"))
         for index, env, fig, dbs in opened:
             report.partition_reports.append(v.check_partition(index, partitions, env, fig, dbs, hasher))
     finally:

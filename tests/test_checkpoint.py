@@ -15,19 +15,16 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import struct
 import subprocess
 import sys
 import time
 import uuid
-import zlib
 from pathlib import Path
 
 import pytest
 
 from dedupstore import DedupStore, RecordState, Status, checkpoint
 from dedupstore.checkpoint import SLOT_SIZE, CheckpointFile, Record
-from dedupstore.journal import decode
 from dedupstore.verify import verify_store
 
 NS = "orders"
@@ -344,39 +341,3 @@ class _NothingWrittenBack:
 
     def random(self) -> float:
         return 1.0
-
-
-def test_a_legacy_per_partition_journal_is_replayed_after_a_restart(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Earlier builds journaled per partition (pNNN/journal/, records "DSJ1"
-    # without a partition field); an OS crash under one must still recover.
-    root = tmp_path / "live"
-    store = DedupStore.open(root, durability="sync", partitions=1, eviction_rate=0, flush_interval=3600)
-    try:
-        store.ensure_namespace(NS, horizon="1h", lease="1h")
-        store.claim(NS, "warm")  # a process's first commit is checkpointed, not journaled
-        store.flush()
-        durable = _snapshot(root)
-        assert store.claim(NS, "k").status is Status.NEW  # journaled, and only there on disk
-        dest = tmp_path / "crash"
-        _crash_image(root, durable, dest, _NothingWrittenBack())  # type: ignore[arg-type]
-    finally:
-        _crash(store)
-    segments = [p for p in (dest / "journal").iterdir() if not p.name.startswith(".")]
-    legacy = b""
-    for seg in segments:
-        for part, txnid, ops in decode(seg.read_bytes()):
-            assert part == 0
-            payload = b"".join(struct.pack("<BBHI", op, db, len(k), len(v)) + k + v for op, db, k, v in ops)
-            head = b"DSJ1" + struct.pack("<IQ", len(payload), txnid)
-            legacy += head + payload + struct.pack("<I", zlib.crc32(head[4:] + payload))
-        seg.unlink()
-    assert legacy
-    (dest / "p000" / "journal").mkdir()
-    (dest / "p000" / "journal" / "4242-0badcafe.0").write_bytes(legacy)
-
-    _reboot(monkeypatch)
-    got = _open_after_crash(dest, "sync", ["warm", "k"])
-    assert got["k"] is not None and got["warm"] is not None
-    assert not (dest / "p000" / "journal").exists()  # replayed, then deleted

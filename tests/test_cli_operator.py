@@ -29,7 +29,7 @@ RECORD_KEYS = {
 }  # fmt: skip
 VERIFY_KEYS = {
     "command", "path", "store_id", "format_version", "partitions", "namespaces", "records", "pending_records",
-    "completed_records", "pinned_records", "pending_entries", "bytes_used", "partition_stats", "problems_total",
+    "completed_records", "bytes_used", "partition_stats", "problems_total",
     "problem_kinds", "problems", "ok",
 }  # fmt: skip
 
@@ -256,10 +256,10 @@ def test_stats_tables(capsys: pytest.CaptureFixture[str], built: Path) -> None:
     assert (code, err) == (0, "")
     table = rows(out)
     assert table["path"] == str(built)
-    assert table["format"] == "version 1"
+    assert table["format"] == "version 2"
     assert table["partitions"] == "2"
     assert table["namespaces"] == "2"
-    assert table["records"] == "5 (2 in the pending index)"
+    assert table["records"] == "5 (2 unresolved)"
     parts = columns(out, "partition")
     assert parts[0] == ["partition", "records", "pending", "bytes used"]
     assert [p[0] for p in parts[1:]] == ["0", "1"]
@@ -275,7 +275,7 @@ def test_stats_json(capsys: pytest.CaptureFixture[str], built: Path) -> None:
     assert {"command", "read_at", "path", "format_version", "partitions", "durability", "verdicts",
             "duplicates_same_event", "repeats_other_event", "bytes_used", "partition_stats",
             "namespaces"} <= set(document)  # fmt: skip
-    assert (document["command"], document["read_at"], document["format_version"]) == ("stats", T0 + 60, 1)
+    assert (document["command"], document["read_at"], document["format_version"]) == ("stats", T0 + 60, 2)
     assert [p["partition"] for p in document["partition_stats"]] == [0, 1]
     assert sum(p["records"] for p in document["partition_stats"]) == 5
     orders = document["namespaces"]["orders"]
@@ -349,11 +349,11 @@ def test_evict_runs_now_and_reports_the_frontier(
 ) -> None:
     code, out, err = run(capsys, "evict", "--path", str(built))
     assert (code, err) == (0, "")
-    assert rows(out)["deleted"].startswith("0 ") and rows(out)["pinned"].startswith("0 ")
+    assert rows(out)["deleted"].startswith("0 ") and "pinned" not in rows(out)
 
     cli_clock.advance(3600 + 450)  # the horizon plus one generation: the first generation is due
     document = run_json(capsys, "evict", "--path", str(built), "--budget", "1")
-    assert document["budget"] == 1 and document["deleted"] + document["pinned"] == 1
+    assert document["budget"] == 1 and document["deleted"] == 1
 
     code, out, err = run(capsys, "evict", "--path", str(built))
     assert (code, err) == (0, "")
@@ -363,18 +363,18 @@ def test_evict_runs_now_and_reports_the_frontier(
     assert spaces[0] == ["namespace", "evicted", "unresolved", "eviction lag", "frontier"]
     orders = dict(zip(spaces[0], spaces[1], strict=True))
     assert orders["evicted"] == "3"  # order-1, the binary key and big: all COMPLETED
-    assert orders["unresolved"] == "2"  # order-2 and order-3: pinned, never deleted
+    assert orders["unresolved"] == "2"  # order-2 and order-3: never evicted
     assert orders["frontier"] == "2023-11-14T22:15:00.000Z (1h 6m ago)"  # the end of the evicted generation
 
     document = run_json(capsys, "evict", "--path", str(built))
-    assert set(document) == {"command", "read_at", "budget", "deleted", "pinned", "namespaces"}
-    assert (document["budget"], document["deleted"], document["pinned"]) == (None, 0, 0)
+    assert set(document) == {"command", "read_at", "budget", "deleted", "namespaces"}
+    assert (document["budget"], document["deleted"]) == (None, 0)
     assert set(document["namespaces"]["orders"]) == {"frontier", "evicted", "eviction_lag_seconds", "unresolved"}
     assert document["namespaces"]["orders"]["frontier"] == T0 + 100
 
-    # The unresolved records survived, pinned, and verify agrees with everything left.
+    # The unresolved records survived, in no generation, and verify agrees with everything left.
     _, out, _ = run(capsys, "inspect", "--path", str(built), "orders", "order-2")
-    assert rows(out)["generation"].startswith("pinned")
+    assert rows(out)["generation"].startswith("none (unresolved")
     assert run(capsys, "verify", "--path", str(built))[0] == 0
 
 
@@ -385,17 +385,25 @@ def test_verify_clean_store(capsys: pytest.CaptureFixture[str], built: Path) -> 
     code, out, err = run(capsys, "verify", "--path", str(built))
     assert (code, err) == (0, "")
     table = rows(out)
-    assert table["format"] == "version 1 (this dedupstore reads version 1)"
+    assert table["format"] == "version 2 (this dedupstore reads version 2)"
     assert table["partitions"] == "2 (2 opened and walked)"
     assert table["namespaces"] == "orders, payments"
-    assert table["records"] == "5 (3 COMPLETED, 2 PENDING or UNKNOWN, 0 pinned)"
-    assert table["pending index"] == "2 entries"
+    assert table["records"] == "5 (3 COMPLETED, 2 PENDING or UNKNOWN)"
+    assert columns(out, "partition")[0] == [
+        "partition",
+        "records",
+        "unresolved",
+        "pages used",
+        "page size",
+        "data.mdb bytes",
+    ]
     assert table["problems"] == "none"
 
     document = run_json(capsys, "verify", "--path", str(built))
     assert set(document) == VERIFY_KEYS
     assert document["ok"] is True and document["problems_total"] == 0 and document["problems"] == []
-    assert (document["records"], document["pending_entries"], document["partitions"]) == (5, 2, 2)
+    assert (document["records"], document["pending_records"], document["partitions"]) == (5, 2, 2)
+    assert sum(p["pending_records"] for p in document["partition_stats"]) == 2
     assert document["namespaces"] == ["orders", "payments"]
     for part in document["partition_stats"]:
         assert part["opened"] is True
@@ -437,29 +445,27 @@ class RawStore:
         env = self.envs[index]
         return env, env.open_db(b"records"), env.open_db(b"pending"), env.open_db(b"meta")
 
-    @staticmethod
-    def pending_key(k: bytes, v: bytes) -> bytes:
-        """The pending-index key of the record stored as (k, v)."""
-        return _native.pending_key(k[:2], _native.decode_record(v)[3], k[6:])
-
-    def find(self, key: bytes) -> tuple[int, bytes, bytes]:
-        """(partition, LMDB key, value) of the record of ``key``."""
+    def find(self, key: bytes) -> tuple[int, str, bytes, bytes]:
+        """(partition, database, LMDB key, value) of the record of ``key``: a
+        completed one is in ``records`` (after a 6-byte prefix), an unresolved
+        one in ``pending`` (after a 2-byte prefix)."""
         for i in range(len(self.envs)):
-            env, records, _, _ = self.dbs(i)
+            env, records, pending, _ = self.dbs(i)
             with env.begin() as txn:
-                for k, v in txn.cursor(db=records):
-                    if k[6:] == key:
-                        return i, k, v
+                for name, db, skip in (("records", records, 6), ("pending", pending, 2)):
+                    for k, v in txn.cursor(db=db):
+                        if k[skip:] == key:
+                            return i, name, k, v
         raise KeyError(key)
 
 
 def rewrite_record(root: Path, key: bytes, change: Any) -> None:
     raw = RawStore(root)
     try:
-        i, k, v = raw.find(key)
-        env, records, _, _ = raw.dbs(i)
+        i, name, k, v = raw.find(key)
+        env = raw.envs[i]
         with env.begin(write=True) as txn:
-            txn.put(k, change(v), db=records)
+            txn.put(k, change(v), db=env.open_db(name.encode(), txn=txn))
     finally:
         raw.close()
 
@@ -482,7 +488,7 @@ def kinds(document: dict[str, Any]) -> list[tuple[str, str, str | None]]:
 
 
 def test_verify_bad_record_version(capsys: pytest.CaptureFixture[str], built: Path, raw: RawStore) -> None:
-    i, k, v = raw.find(b"order-1")
+    i, _, k, v = raw.find(b"order-1")
     env, records, _, _ = raw.dbs(i)
     with env.begin(write=True) as txn:
         txn.put(k, b"\x07" + v[1:], db=records)
@@ -501,53 +507,48 @@ def test_verify_bad_record_version(capsys: pytest.CaptureFixture[str], built: Pa
     assert one_line_error(err, "verify failed").endswith("record-decode 1")
 
 
-def test_verify_pending_entry_without_its_record(
+def test_verify_unresolved_record_in_a_generation(
     capsys: pytest.CaptureFixture[str], built: Path, raw: RawStore
 ) -> None:
-    i, k, v = raw.find(b"order-3")
-    env, _, pending, _ = raw.dbs(i)
-    with env.begin(write=True) as txn:
-        txn.put(_native.pending_key(k[:2], int(T0 * 1e6), b"ghost"), k[2:6], db=pending)
+    i, name, k, v = raw.find(b"order-3")
+    _, _, k1, _ = raw.find(b"order-1")
+    assert name == "pending"
+    env, records, pending, _ = raw.dbs(i)
+    with env.begin(write=True) as txn:  # moved, as if a complete had moved it without completing it
+        assert txn.delete(k, db=pending)
+        txn.put(_native.record_key(k[:2], int.from_bytes(k1[2:6], "big"), b"order-3"), v, db=records)
     raw.close()
     document = verify_json(capsys, built)
-    assert kinds(document) == [(f"p{i:03d}", "pending-orphan", "orders/ghost")]
+    assert kinds(document) == [(f"p{i:03d}", "record-unresolved", "orders/order-3")]
 
 
-def test_verify_pending_record_without_pending_entry(
+def test_verify_records_in_the_wrong_database_or_in_both(
     capsys: pytest.CaptureFixture[str], built: Path, raw: RawStore
 ) -> None:
-    i, k, v = raw.find(b"order-3")
-    env, _, pending, _ = raw.dbs(i)
-    with env.begin(write=True) as txn:
-        assert txn.delete(raw.pending_key(k, v), db=pending)
-    raw.close()
-    document = verify_json(capsys, built)
-    assert kinds(document) == [(f"p{i:03d}", "pending-missing", "orders/order-3")]
-
-
-def test_verify_pending_index_naming_the_wrong_generation_or_a_completed_record(
-    capsys: pytest.CaptureFixture[str], built: Path, raw: RawStore
-) -> None:
-    i, k, v = raw.find(b"order-3")
-    j, k1, v1 = raw.find(b"order-1")
-    env, _, pending, _ = raw.dbs(i)
-    with env.begin(write=True) as txn:
-        txn.put(raw.pending_key(k, v), (int.from_bytes(k[2:6], "big") + 1).to_bytes(4, "big"), db=pending)
+    i, _, k, v = raw.find(b"order-3")
+    j, name, k1, v1 = raw.find(b"order-1")
+    assert name == "records"
+    env, records, _, _ = raw.dbs(i)
+    with env.begin(write=True) as txn:  # order-3 left where it is, and also in a generation
+        txn.put(_native.record_key(k[:2], int.from_bytes(k1[2:6], "big"), b"order-3"), v, db=records)
     env, _, pending, _ = raw.dbs(j)
-    with env.begin(write=True) as txn:
-        txn.put(raw.pending_key(k1, v1), k1[2:6], db=pending)
+    with env.begin(write=True) as txn:  # order-1, completed, also in the pending database
+        txn.put(_native.unresolved_key(k1[:2], b"order-1"), v1, db=pending)
+        txn.put(b"\x00", v1, db=pending)  # a key too short to hold a namespace id
     raw.close()
     found = set(kinds(verify_json(capsys, built)))
     assert found == {
-        (f"p{i:03d}", "pending-generation", "orders/order-3"),
-        (f"p{i:03d}", "pending-orphan", "orders/order-3"),  # the generation it names holds nothing
+        (f"p{i:03d}", "record-unresolved", "orders/order-3"),
+        (f"p{i:03d}", "pending-duplicate", "orders/order-3"),
         (f"p{j:03d}", "pending-completed", "orders/order-1"),
+        (f"p{j:03d}", "pending-duplicate", "orders/order-1"),
+        (f"p{j:03d}", "pending-entry", "\x00"),
     }
 
 
 def test_verify_invisible_records(capsys: pytest.CaptureFixture[str], built: Path, raw: RawStore) -> None:
     """Records lookups never find: below the oldest generation, in the wrong partition, unregistered namespace."""
-    i, k, v = raw.find(b"order-1")
+    i, _, k, v = raw.find(b"order-1")
     env, records, _, _ = raw.dbs(i)
     gen = int.from_bytes(k[2:6], "big")
     other = 1 - i
@@ -567,15 +568,15 @@ def test_verify_invisible_records(capsys: pytest.CaptureFixture[str], built: Pat
 def test_verify_lists_20_problems_and_counts_all(
     capsys: pytest.CaptureFixture[str], built: Path, raw: RawStore
 ) -> None:
-    i, k, _ = raw.find(b"order-3")
+    i, _, _, v = raw.find(b"order-3")
     env, _, pending, _ = raw.dbs(i)
     with env.begin(write=True) as txn:
-        for n in range(35):
-            txn.put(_native.pending_key(k[:2], int(T0 * 1e6), f"ghost-{n:02d}".encode()), k[2:6], db=pending)
+        for n in range(35):  # namespace id 77: never registered
+            txn.put(_native.unresolved_key((77).to_bytes(2, "big"), f"ghost-{n:02d}".encode()), v, db=pending)
     raw.close()
     document = verify_json(capsys, built)
     assert document["problems_total"] == 35 and len(document["problems"]) == 20
-    assert document["problem_kinds"] == {"pending-orphan": 35}
+    assert document["problem_kinds"] == {"record-namespace": 35}
     _, out, _ = run(capsys, "verify", "--path", str(built))
     assert out.splitlines()[-1] == "... and 15 more (35 in all; the first 20 are listed)"
 
@@ -633,20 +634,20 @@ def test_verify_refuses_another_format_version(capsys: pytest.CaptureFixture[str
     env = lmdb.open(str(built / "meta"))
     with env.begin(write=True) as txn:
         data = json.loads(txn.get(b"format"))
-        data["format_version"] = 2
+        data["format_version"] = 1
         txn.put(b"format", json.dumps(data).encode())
     env.close()
     for verb in ("verify", "stats"):
         code, out, err = run(capsys, verb, "--path", str(built))
         assert (code, out) == (2, "")
         line = one_line_error(err)
-        assert "format version 2" in line and "reads version 1" in line
+        assert "format version 1" in line and "reads version 2" in line
 
 
 def test_verify_library_report(built: Path) -> None:
     seen: list[tuple[int, int]] = []
     report = verify_store(built, progress=lambda done, total: seen.append((done, total)))
-    assert report.ok and report.format_version == 1 and report.partitions == 2
+    assert report.ok and report.format_version == 2 and report.partitions == 2
     assert seen[-1] == (5, 5)  # called once at the end with the totals
 
 

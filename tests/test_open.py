@@ -105,10 +105,11 @@ def _rewrite_format(path: Path, **changes: object) -> None:
     env.close()
 
 
-def test_other_format_version_is_refused_with_both_versions(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", [1, 3])  # 1: unresolved records in generations, plus a pending index
+def test_other_format_version_is_refused_with_both_versions(tmp_path: Path, version: int) -> None:
     DedupStore.open(tmp_path / "s").close()
-    _rewrite_format(tmp_path / "s", format_version=2)
-    with pytest.raises(StoreFormatError, match=r"format version 2; this dedupstore reads version 1"):
+    _rewrite_format(tmp_path / "s", format_version=version)
+    with pytest.raises(StoreFormatError, match=rf"format version {version}; this dedupstore reads version 2"):
         DedupStore.open(tmp_path / "s")
 
 
@@ -124,18 +125,21 @@ def test_mixed_up_partition_directories_are_refused(tmp_path: Path) -> None:
 def test_unknown_record_version_is_refused_not_misread(tmp_path: Path, clock: FakeClock) -> None:
     with DedupStore.open(tmp_path / "s", partitions=1, clock=clock) as s:
         s.ensure_namespace("n")
-        s.claim("n", "k")
+        s.claim("n", "k")  # unresolved: in the pending database
+        s.complete("n", "c", s.claim("n", "c").token)  # completed: in a generation
     env = lmdb.open(str(tmp_path / "s" / "p000"), max_dbs=4, map_size=1 << 30)
-    records = env.open_db(b"records")
     with env.begin(write=True) as txn:
-        key, value = next(iter(txn.cursor(db=records)))
-        txn.put(key, b"\x09" + value[1:], db=records)
+        for name in (b"records", b"pending"):
+            db = env.open_db(name, txn=txn)
+            ((key, value),) = list(txn.cursor(db=db))
+            txn.put(key, b"\x09" + value[1:], db=db)
     env.close()
     with DedupStore.open(tmp_path / "s", clock=clock) as s:
-        with pytest.raises(StoreFormatError, match="record format version 9"):
-            s.claim("n", "k")
-        with pytest.raises(StoreFormatError, match="record format version 9"):
-            s.lookup("n", "k")
+        for key in ("k", "c"):
+            with pytest.raises(StoreFormatError, match="record format version 9"):
+                s.claim("n", key)
+            with pytest.raises(StoreFormatError, match="record format version 9"):
+                s.lookup("n", key)
 
 
 def test_closed_store_raises(tmp_path: Path) -> None:

@@ -192,6 +192,10 @@ def test_clocks_straddling_a_generation_boundary_never_give_two_news(tmp_path: P
             assert late.call("lookup", "tight", "a") == ("record", "PENDING", ours[0].token, None)
             # The token fences, whichever process's clock is behind.
             assert late.call("complete", "tight", "a", ours[0].token, b"paid")[:2] == ("record", "COMPLETED")
+            # Completed by the clock that is ahead, into its newer generation:
+            # the late clock still probes from there.
+            store.complete("tight", "b", ours[1].token, b"shipped")
+            assert late.call("claim", "tight", "b")[1] == "DUPLICATE"
             # And the other way round: the late clock claims first.
             _, status, late_token, _, _ = late.call("claim", "tight", "c")
             assert status == "NEW"

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from dedupstore import ClaimResult, DedupStore, LeaseLostError, Record, RecordState, Status
+from dedupstore._native import UNRESOLVED_GEN
 
 NS = "sm"
 LEASE_S = 10.0
@@ -80,14 +81,13 @@ class Model:
     first_seen_us: int
     attempts: int
     outcome: bytes | None = None
-    pinned: bool = False  # its generation was evicted while it was unresolved
 
 
 GRANTS = (Status.NEW, Status.UNKNOWN, Status.BEYOND_HORIZON)
 
 
-def generation_end_us(first_seen_us: int) -> int:
-    return (first_seen_us // GEN_US + 1) * GEN_US
+def generation_end_us(at_us: int) -> int:
+    return (at_us // GEN_US + 1) * GEN_US
 
 
 @dataclass
@@ -361,40 +361,34 @@ class VerdictMachine(RuleBasedStateMachine):
 
     @rule(budget=st.sampled_from([None, None, 1]), age=st.booleans())
     def evict(self, budget: int | None, age: bool) -> None:
-        # A generation goes once its end is a horizon behind the clock: its
-        # completed records are deleted (raising their partition's frontier to
-        # the generation's end) and its unresolved ones pinned, never deleted.
-        # A completed record left in the pinned set goes on the same terms.
+        # A completed record lives in the generation of its completion (the
+        # clock only moves forward here), which goes once its end is a horizon
+        # behind the clock: the record is deleted and its partition's frontier
+        # raised to the generation's end. Unresolved records are never evicted.
         if age:
             self.age_past_horizon()
         now = self.now_us()
         due = sorted(
-            (generation_end_us(rec.first_seen_us), key)
+            (generation_end_us(rec.until_us), key)
             for key, rec in self.model.items()
-            if generation_end_us(rec.first_seen_us) + HORIZON_US <= now and (rec.completed or not rec.pinned)
+            if rec.completed and generation_end_us(rec.until_us) + HORIZON_US <= now
         )
         if budget is not None:
             # Oldest generation first; which record of a generation goes first
             # is the store's business, so a budget of one is checked for its
             # count and then the rest are swept before comparing.
             counts = self.store.evict(budget)
-            assert counts["deleted"] + counts["pinned"] == min(budget, len(due))
+            assert counts == {"deleted": min(budget, len(due))}
         counts = self.store.evict()
-        deleted = pinned = 0
         for end, key in due:
-            rec = self.model[key]
-            if rec.completed:
-                del self.model[key]
-                part = self.partition(key)
-                self.frontier[part] = max(self.frontier[part], end)
-                deleted += 1
-            else:
-                rec.pinned = True
-                pinned += 1
+            del self.model[key]
+            part = self.partition(key)
+            self.frontier[part] = max(self.frontier[part], end)
         if budget is None:
-            assert (counts["deleted"], counts["pinned"]) == (deleted, pinned)
-        self.evicted += deleted
-        event(f"evict deleted={min(deleted, 2)}+ pinned={min(pinned, 2)}+")
+            assert counts == {"deleted": len(due)}
+        self.evicted += len(due)
+        unresolved = sum(not r.completed for r in self.model.values())
+        event(f"evict deleted={min(len(due), 2)}+ unresolved kept={min(unresolved, 2)}+")
 
     @rule()
     def refresh_prefilter(self) -> None:
@@ -508,12 +502,17 @@ def test_claim_many_repeated_key_shows_the_record_its_earlier_claim_left(
 
 
 def test_returned_records_name_the_generation_they_live_in(sm_store: tuple[DedupStore, Clock]) -> None:
-    # Generations are an hour long under a 7-day horizon: a record first seen
-    # two hours ago lives two generations back, and every record handed back
-    # (by claim, claim_many, renew and complete) must say so, as lookup does.
+    # Generations are an hour long under a 7-day horizon. An unresolved record
+    # is in no generation; one first seen two hours ago and completed now lives
+    # in the current generation, and every record handed back (by claim,
+    # claim_many, renew and complete) must say so, as lookup does.
     store, clock = sm_store
     res = store.claim(NS, "k", "a")
-    assert res.token is not None
+    assert res.token is not None and res.record is not None
+    assert res.record.generation == store.lookup(NS, "k").generation == UNRESOLVED_GEN  # type: ignore[union-attr]
+    old = store.claim(NS, "old")
+    assert old.token is not None
+    store.complete(NS, "old", old.token)
     clock.now += 2 * 3600
     # Its lease ran out but nobody took over: the token still renews and completes.
     assert store.renew(NS, "k", res.token) == store.lookup(NS, "k")
@@ -521,8 +520,11 @@ def test_returned_records_name_the_generation_they_live_in(sm_store: tuple[Dedup
     assert store.complete(NS, "k", res.token, b"done") == store.lookup(NS, "k")
     stored = store.lookup(NS, "k")
     assert stored is not None
+    current = int(clock.now * 1_000_000) // 3_600_000_000
+    assert stored.generation == current
+    assert store.lookup(NS, "old").generation == current - 2  # type: ignore[union-attr]
     fresh = store.claim(NS, "fresh").record
-    assert fresh is not None and fresh.generation == stored.generation + 2
+    assert fresh is not None and fresh.generation == UNRESOLVED_GEN
     for again in (store.claim(NS, "k", "a"), store.claim(NS, "k", "b"), store.claim_many(NS, ["k"])[0]):
         assert again.status in (Status.DUPLICATE, Status.CONFLICT)
         assert again.record == stored

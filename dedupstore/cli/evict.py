@@ -19,11 +19,11 @@ CHUNK = 10_000
 def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = verbs.add_parser(
         "evict",
-        help="run eviction now: delete records past their horizon, pin unresolved ones",
+        help="run eviction now: delete completed records past their horizon",
         description=(
             "Run eviction now, as the background evictor would: whole generations past their namespace's "
-            "horizon, oldest first; completed records are deleted, unresolved ones are moved to the pinned "
-            "set. Prints the counts and each namespace's frontier afterwards."
+            "horizon, oldest first. Generations hold completed records only; unresolved ones live apart "
+            "and are never evicted. Prints the counts and each namespace's frontier afterwards."
         ),
     )
     add_path_flag(parser)
@@ -31,7 +31,7 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--budget",
         default=None,
         metavar="N",
-        help="touch at most N records (deleted + pinned); default: everything that is due",
+        help="delete at most N records; default: everything that is due",
     )
     add_json_flag(parser)
     parser.set_defaults(run=run)
@@ -45,18 +45,17 @@ def evict(store: DedupStore, budget: int | None, show_progress: bool) -> dict[st
 
         # delay: a run that is over in a couple of seconds shows no bar at all.
         bar = tqdm(total=budget, unit=" records", desc="evict", file=sys.stderr, delay=2.0, leave=False)
-    totals = {"deleted": 0, "pinned": 0}
+    totals = {"deleted": 0}
     try:
         while True:
-            step = CHUNK if budget is None else min(CHUNK, budget - totals["deleted"] - totals["pinned"])
+            step = CHUNK if budget is None else min(CHUNK, budget - totals["deleted"])
             if step <= 0:
                 break
             done = store.evict(step)
             totals["deleted"] += done["deleted"]
-            totals["pinned"] += done["pinned"]
             if bar is not None:
-                bar.update(done["deleted"] + done["pinned"])
-            if done["deleted"] + done["pinned"] < step:
+                bar.update(done["deleted"])
+            if done["deleted"] < step:
                 break  # nothing more is due
     finally:
         if bar is not None:
@@ -87,7 +86,6 @@ def run(args: argparse.Namespace) -> int:
         [
             ("budget", "everything due" if budget is None else format_number(budget)),
             ("deleted", f"{format_number(totals['deleted'])} (completed records past their horizon)"),
-            ("pinned", f"{format_number(totals['pinned'])} (unresolved records moved to the pinned set)"),
         ]
     )
     print()

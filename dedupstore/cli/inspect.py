@@ -229,8 +229,8 @@ def rows(r: Record, now: float) -> list[tuple[str, str]]:
     else:
         state = "UNKNOWN (the lease expired without complete or release: reconcile it)"
     generation = (
-        "pinned (0xFFFFFFFF: unresolved, moved out of an evicted generation)"
-        if r.generation == _native.PINNED_GEN
+        "none (unresolved: it lives in the pending database until completed or released)"
+        if r.generation == _native.UNRESOLVED_GEN
         else str(r.generation)
     )
     out = [

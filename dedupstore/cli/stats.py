@@ -13,9 +13,9 @@ from dedupstore.planning import format_number
 def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = verbs.add_parser(
         "stats",
-        help="records, pending entries and bytes per partition; eviction state per namespace",
+        help="records, unresolved records and bytes per partition; eviction state per namespace",
         description=(
-            "What the store holds: records, pending-index entries and LMDB bytes in use per partition, and per "
+            "What the store holds: records, unresolved records and LMDB bytes in use per partition, and per "
             "namespace its horizon, lease, unresolved records, evicted total, eviction lag and frontier."
         ),
     )
@@ -55,7 +55,7 @@ def print_stats(stats: dict[str, Any], now: float) -> None:
             ("format", f"version {stats['format_version']}"),
             ("partitions", str(stats["partitions"])),
             ("namespaces", str(len(stats["namespaces"]))),
-            ("records", f"{format_number(records)} ({format_number(pending)} in the pending index)"),
+            ("records", f"{format_number(records)} ({format_number(pending)} unresolved)"),
             ("bytes used", f"{format_number(stats['bytes_used'])} (LMDB pages in use, all partitions)"),
         ]
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from dedupstore import Record, RecordState, _native
+from dedupstore import Record, RecordState
 from dedupstore.cli import EXIT_OK, add_json_flag, complain, emit_json
 from dedupstore.cli.inspect import (
     EXIT_UNRESOLVED,
@@ -93,7 +93,7 @@ def print_table(namespace: str, records: list[Record], listed: list[Record], now
         [
             (
                 show_bytes(r.key),
-                r.state.value + (" (pinned)" if r.generation == _native.PINNED_GEN else ""),
+                r.state.value,
                 fmt_age(now - r.first_seen) + " ago",
                 _lease(r, now),
                 str(r.attempts),

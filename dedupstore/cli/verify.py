@@ -25,8 +25,9 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="check the format, internal consistency and LMDB integrity (read-only)",
         description=(
             "Read-only checks: format version, every partition present and of this store, every record "
-            "decodable, registered, routed and visible, the pending index exactly matching the PENDING "
-            "records, and a full walk of every LMDB database. Exit 0 when clean, 5 when problems are found."
+            "decodable, registered, routed and visible, generations holding completed records only and the "
+            "pending database unresolved ones only, and a full walk of every LMDB database. Exit 0 when clean, "
+            "5 when problems are found."
         ),
     )
     add_path_flag(parser)
@@ -96,32 +97,29 @@ def print_report(report: VerifyReport) -> None:
             (
                 "records",
                 f"{format_number(doc['records'])} ({format_number(doc['completed_records'])} COMPLETED, "
-                f"{format_number(doc['pending_records'])} PENDING or UNKNOWN, "
-                f"{format_number(doc['pinned_records'])} pinned)",
+                f"{format_number(doc['pending_records'])} PENDING or UNKNOWN)",
             ),
-            ("pending index", f"{format_number(doc['pending_entries'])} entries"),
             ("bytes used", f"{format_number(doc['bytes_used'])} (LMDB pages in use, all partitions)"),
             ("problems", "none" if report.ok else format_number(report.problems_total)),
         ]
     )
     print()
     emit_columns(
-        ("partition", "records", "pending entries", "pinned", "pages used", "page size", "data.mdb bytes"),
+        ("partition", "records", "unresolved", "pages used", "page size", "data.mdb bytes"),
         [
             (
                 str(p.partition),
                 format_number(p.records),
-                format_number(p.pending_entries),
-                format_number(p.pinned_records),
+                format_number(p.pending_records),
                 format_number(p.lmdb.pages_used),
                 format_number(p.lmdb.page_size),
                 format_number(p.lmdb.file_bytes),
             )
             if p.opened
-            else (str(p.partition), "-", "-", "-", "-", "-", "not opened")
+            else (str(p.partition), "-", "-", "-", "-", "not opened")
             for p in report.partition_reports
         ],
-        right=frozenset(range(7)),
+        right=frozenset(range(6)),
     )
     if report.ok:
         return
