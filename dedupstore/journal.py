@@ -339,6 +339,12 @@ def _dead_segments(jdir: Path) -> Iterator[tuple[Path, int]]:
         except OSError:
             os.close(fd)  # its writer lives
             continue
+        if os.fstat(fd).st_nlink == 0:
+            # Deleted since we opened it, by its writer retiring it or by
+            # another checkpoint's collection (partitions checkpoint in
+            # parallel), which released the lock we then got.
+            os.close(fd)
+            continue
         yield path, fd
 
 
@@ -351,7 +357,9 @@ def collect_dead(jdir: Path, boot: str, durable: dict[int, int]) -> int:
             if segment_boot(path.name) != boot:
                 continue
             top: dict[int, int] = {}
-            for part, txnid, _ in decode(path.read_bytes()):
+            with open(fd, "rb", closefd=False) as f:  # the file we locked, whatever its name now names
+                raw = f.read()
+            for part, txnid, _ in decode(raw):
                 top[part] = max(top.get(part, 0), txnid)
             if covered(top, durable):
                 path.unlink(missing_ok=True)

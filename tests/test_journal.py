@@ -75,6 +75,30 @@ def test_a_checkpoint_retires_covered_segments_and_dead_writers_ones(
     assert {p.name for p in jdir.iterdir() if not p.name.startswith(".")} == {f"{boot}-999998-deadbeef.0"}
 
 
+def test_a_dead_segment_deleted_by_another_collector_meanwhile_is_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Partitions checkpoint in parallel (flush), and each collects dead
+    # writers' segments: one may open a segment, then get its lock only once
+    # the other has deleted it and let go. That used to raise
+    # FileNotFoundError out of flush().
+    boot = "ab" * 16
+    jdir = tmp_path / JOURNAL_DIR
+    jdir.mkdir()
+    seg = jdir / f"{boot}-999999-deadbeef.0"
+    seg.write_bytes(encode(0, 5, [(PUT, 1, b"k", b"v")]))
+    real_flock = fcntl.flock
+
+    def flock_after_the_other_collector(fd: int, op: int) -> None:
+        seg.unlink(missing_ok=True)  # the other thread deleted it, then released its lock
+        real_flock(fd, op)
+
+    monkeypatch.setattr(journal_mod.fcntl, "flock", flock_after_the_other_collector)
+    assert journal_mod.collect_dead(jdir, boot, {0: 10}) == 0
+    seg.write_bytes(encode(0, 5, [(PUT, 1, b"k", b"v")]))
+    assert journal_mod.clear_other_boots(tmp_path, bytes(16)) == 0
+
+
 def test_a_sync_covers_earlier_segments_a_checkpoint_has_not_dropped(tmp_path: Path) -> None:
     j = Journal(tmp_path, b"\0" * 16)
     try:
