@@ -29,7 +29,7 @@ from typing import Any
 from bench_scale import LOAD_DURABILITY, Keys, fsync_files, load, pct
 
 from dedupstore import DedupStore
-from dedupstore.store import DEFAULT_EVICTION_RATE
+from dedupstore.store import DEFAULT_EVICTION_BATCH, DEFAULT_EVICTION_RATE
 
 NS = "orders"
 HORIZON_S = 3600.0
@@ -53,7 +53,15 @@ class Clock:
         self.offset = value - time.time()
 
 
-def run(evict: bool, rate: float, seconds: float, backlog: int, durability: str) -> dict[str, Any]:
+def run(
+    evict: bool,
+    rate: float,
+    seconds: float,
+    backlog: int,
+    durability: str,
+    eviction_rate: float = DEFAULT_EVICTION_RATE,
+    eviction_batch: int = DEFAULT_EVICTION_BATCH,
+) -> dict[str, Any]:
     clock = Clock()
     keys = Keys(seed=2)
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
@@ -64,8 +72,10 @@ def run(evict: bool, rate: float, seconds: float, backlog: int, durability: str)
             load(store, clock, keys, backlog)
         fsync_files(root)
         clock.offset = 0.0
-        rate_arg = DEFAULT_EVICTION_RATE if evict else 0
-        with DedupStore.open(root, clock=clock, durability=durability, eviction_rate=rate_arg) as store:
+        rate_arg = eviction_rate if evict else 0
+        with DedupStore.open(
+            root, clock=clock, durability=durability, eviction_rate=rate_arg, eviction_batch=eviction_batch
+        ) as store:
             # The same prefilter in both runs: the background thread that
             # evicts also builds filters (eviction_rate=0 turns both off), and
             # without them a new key is probed in every live generation.
@@ -111,12 +121,18 @@ def main() -> None:
     ap.add_argument("--backlog", type=int, default=500_000, help="entries past their horizon when the run starts")
     ap.add_argument("--durability", default="sync", choices=["sync", "flush"])
     ap.add_argument("--rounds", type=int, default=3, help="alternating off/on pairs")
+    ap.add_argument(
+        "--eviction-rate", type=float, default=DEFAULT_EVICTION_RATE, help="entries/s of the run with eviction on"
+    )
+    ap.add_argument("--eviction-batch", type=int, default=DEFAULT_EVICTION_BATCH, help="entries per eviction txn")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     rows = []
     for _ in range(args.rounds):
         for evict in (False, True):
-            row = run(evict, args.rate, args.seconds, args.backlog, args.durability)
+            row = run(
+                evict, args.rate, args.seconds, args.backlog, args.durability, args.eviction_rate, args.eviction_batch
+            )
             rows.append(row)
             if not args.json:
                 print(json.dumps(row), file=sys.stderr, flush=True)
@@ -131,7 +147,8 @@ def main() -> None:
     if args.json:
         print(json.dumps(summary, indent=2))
         return
-    print(f"p99 claim latency at {args.rate:,.0f} events/s ({args.durability}): "
+    print(f"p99 claim latency at {args.rate:,.0f} events/s ({args.durability}, eviction at "
+          f"{args.eviction_rate:,.0f}/s, {args.eviction_batch} a txn): "
           f"{summary['p99_us_without_eviction_median']:.0f} us without eviction, "
           f"{summary['p99_us_with_eviction_median']:.0f} us while evicting "
           f"({min(r['evicted_during_run'] for r in rows if r['eviction']):,}+ entries evicted per run): "
