@@ -170,6 +170,42 @@ def test_acknowledged_sync_writes_survive_an_os_crash_through_the_journal(
         assert not [p for p in (dest / "journal").iterdir() if not p.name.startswith(".")]
 
 
+def test_journaled_eviction_replays_after_an_os_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Eviction journals each run of consecutive deletes as one range. After a
+    # crash, replay must delete exactly what it deleted, so that the claims
+    # journaled after it (keys claimed anew once evicted) land as they did.
+    now = [1_700_000_000.0]
+    root = tmp_path / "live"
+    old = [f"old{i}" for i in range(300)]
+    store = DedupStore.open(
+        root, durability="sync", partitions=2, eviction_rate=0, flush_interval=3600, clock=lambda: now[0]
+    )
+    try:
+        store.ensure_namespace(NS, horizon="1h", lease="1h")
+        for key, res in zip(old, store.claim_many(NS, old), strict=True):
+            store.complete(NS, key, res.token, b"first")
+        now[0] += 3600 + 2 * 450  # the horizon and two generations later
+        store.claim(NS, "kept")  # unresolved: never evicted
+        store.flush()  # the checkpoint the crash rolls back to
+        durable = _snapshot(root)
+        assert store.evict(budget=250)["deleted"] == 250  # a few transactions of ranges, in both partitions
+        again = store.claim_many(NS, old[::10])  # evicted keys are new again; the rest are still there
+        expect = _state(store, old + ["kept"])
+        frontier = store.stats()["namespaces"][NS]["frontier"]
+        assert sum(r.status is Status.NEW for r in again) > 0
+        images = _images(root, durable, tmp_path, _journal_synced(store))
+    finally:
+        _crash(store)
+    _reboot(monkeypatch)
+    for dest in images:
+        assert set(verify_store(dest).problem_kinds) <= {"recovery-pending"}
+        with DedupStore.open(dest, durability="sync", eviction_rate=0, clock=lambda: now[0]) as back:
+            assert _state(back, old + ["kept"]) == expect
+            assert back.stats()["namespaces"][NS]["frontier"] == frontier
+        report = verify_store(dest)
+        assert report.ok, report.problems
+
+
 def test_sync_writes_beside_a_flush_writer_survive_an_os_crash(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -7,11 +7,12 @@ import fcntl
 import os
 from pathlib import Path
 
+import lmdb
 import pytest
 
 from dedupstore import DedupStore, DurabilityError, checkpoint
 from dedupstore import journal as journal_mod
-from dedupstore.journal import DELETE, JOURNAL_DIR, PUT, Journal, decode, encode
+from dedupstore.journal import DELETE, DELETE_RANGE, JOURNAL_DIR, PUT, Journal, JournalTxn, decode, encode, replay
 
 
 def test_records_round_trip_and_a_torn_tail_ends_the_segment() -> None:
@@ -24,6 +25,52 @@ def test_records_round_trip_and_a_torn_tail_ends_the_segment() -> None:
     flipped = bytearray(a + b)
     flipped[len(a) + 20] ^= 1
     assert [t for _, t, _ in decode(bytes(flipped))] == [7]
+
+
+def test_consecutive_cursor_deletes_journal_one_range_that_replays_the_same(tmp_path: Path) -> None:
+    keys = [b"k%02d" % i for i in range(20)]
+    envs = []
+    for name in ("live", "replica"):
+        env = lmdb.open(str(tmp_path / name), max_dbs=2)
+        db = env.open_db(b"records")
+        with env.begin(write=True) as txn:
+            for k in keys:
+                txn.put(k, b"v", db=db)
+        envs.append((env, db))
+    (live, live_db), (replica, replica_db) = envs
+    with live.begin(write=True) as txn:
+        jt = JournalTxn(txn, {id(live_db): 1})
+        cur = jt.cursor(db=live_db)
+        assert cur.set_range(b"k03")
+        for _ in range(4):
+            assert cur.delete()  # k03..k06, each where the last one left the cursor
+        assert cur.set_range(b"k10")  # a jump ends the run
+        assert cur.delete()
+        assert cur.next()  # k11 stays: a skip ends the run
+        assert cur.delete()  # k12
+        jt.put(b"k99", b"w", db=live_db)  # an op in between ends the run
+        assert cur.delete()  # k13
+        assert cur.delete()  # k14
+        txnid = txn.id()
+        ops = list(jt.ops)
+    assert ops == [
+        (DELETE_RANGE, 1, b"k03", b"k06"),
+        (DELETE, 1, b"k10", b""),
+        (DELETE, 1, b"k12", b""),
+        (PUT, 1, b"k99", b"w"),
+        (DELETE_RANGE, 1, b"k13", b"k14"),
+    ]
+    (tmp_path / JOURNAL_DIR).mkdir()
+    (tmp_path / JOURNAL_DIR / "segment.0").write_bytes(encode(0, txnid, ops))
+    assert replay(replica, {1: replica_db}, tmp_path, 0, 0) == 1
+    contents = []
+    for env, db in envs:
+        with env.begin() as txn:
+            contents.append(list(txn.cursor(db=db)))
+        env.close()
+    assert contents[0] == contents[1]
+    gone = {b"k03", b"k04", b"k05", b"k06", b"k10", b"k12", b"k13", b"k14"}
+    assert [k for k, _ in contents[0]] == [k for k in keys if k not in gone] + [b"k99"]
 
 
 def test_one_journal_and_one_fdatasync_for_a_batch_over_every_partition(tmp_path: Path) -> None:
