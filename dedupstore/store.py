@@ -93,6 +93,23 @@ FILTERS_PER_REFRESH = 8
 #: How many sealed generations below the newest a refresh considers.
 MAX_FILTER_SCAN = 4096
 EVICTION_TICK_S = 0.1
+#: While this process inserts records, the background evictor deletes at most
+#: EVICTION_PACE times as many per second as it inserts (and never more than
+#: eviction_rate): enough to keep up and to work a backlog off, without
+#: competing with the claims for the GIL, the writer and the disk
+#: (docs/benchmarks.md). Below IDLE_INSERTS_PER_S it runs at eviction_rate.
+EVICTION_PACE = 2.0
+IDLE_INSERTS_PER_S = 100.0
+#: Seconds over which the insert rate is averaged (exponentially).
+INSERT_RATE_WINDOW_S = 1.0
+
+
+def eviction_pace(rate: float, inserts_per_s: float) -> float:
+    """Entries per second the background evictor deletes, given its cap
+    ``rate`` and the records this process inserts per second."""
+    if inserts_per_s < IDLE_INSERTS_PER_S:
+        return rate
+    return min(rate, EVICTION_PACE * inserts_per_s)
 
 log = logging.getLogger("dedupstore")
 
@@ -296,7 +313,9 @@ class DedupStore:
         ``eviction_rate`` (entries per second; 0 turns the background thread
         off, leaving eviction to :meth:`evict` and the Bloom prefilter's
         upkeep to :meth:`refresh_prefilter`) and ``eviction_batch`` (entries
-        per transaction) bound how fast records past their horizon are removed;
+        per transaction) bound how fast records past their horizon are removed
+        (while this handle inserts 100 records a second or more, the thread
+        deletes at most twice as many as it inserts);
         ``flush_interval`` (seconds or a duration string) is how often a
         background thread checkpoints: in ``flush`` mode the most an OS crash
         can take, in ``sync`` mode how much journal a restart may replay
@@ -1067,15 +1086,28 @@ class DedupStore:
         )
         self._evictor.start()
 
+    def _inserted(self) -> int:
+        """Records this handle has created (NEW and BEYOND_HORIZON verdicts)."""
+        counts = self._counts
+        return counts[_native.NEW] + counts[_native.BEYOND_HORIZON]
+
     def _maintain(self, rate: float) -> None:
-        # Eviction draws on a token bucket refilled at `rate` and capped at one
-        # second's worth, so an idle spell cannot save up into a deletion storm.
-        # The prefilter is refreshed about once a second, a few filters a time.
+        # Eviction draws on a token bucket refilled at eviction_pace() and
+        # capped at one second's worth of `rate`, so an idle spell cannot save
+        # up into a deletion storm. The prefilter is refreshed about once a
+        # second, a few filters a time.
         tokens = 0.0
+        inserts_per_s = 0.0
         last = next_filters = time.monotonic()
+        inserted = self._inserted()
         while not self._stop.wait(EVICTION_TICK_S):
             now = time.monotonic()
-            tokens = min(rate, tokens + rate * (now - last))
+            elapsed = now - last
+            seen = self._inserted()
+            weight = min(1.0, elapsed / INSERT_RATE_WINDOW_S)
+            inserts_per_s += weight * ((seen - inserted) / max(elapsed, 1e-6) - inserts_per_s)
+            inserted = seen
+            tokens = min(rate, tokens + eviction_pace(rate, inserts_per_s) * elapsed)
             last = now
             try:
                 if tokens >= 1:

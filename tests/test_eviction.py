@@ -188,3 +188,14 @@ def test_eviction_settings_are_checked(tmp_path: Path, rate: float, batch: int) 
 def test_evict_budget_is_checked(store: DedupStore) -> None:
     with pytest.raises(InvalidInputError, match="budget"):
         store.evict(-1)
+
+
+def test_the_background_evictor_keeps_pace_with_inserts_and_runs_free_when_idle() -> None:
+    from dedupstore.store import EVICTION_PACE, IDLE_INSERTS_PER_S, eviction_pace
+
+    assert eviction_pace(50_000, 0) == 50_000  # idle: a backlog goes at the configured rate
+    assert eviction_pace(50_000, IDLE_INSERTS_PER_S - 1) == 50_000
+    assert eviction_pace(50_000, 5_000) == EVICTION_PACE * 5_000  # busy: twice the inserts
+    assert eviction_pace(50_000, 18_000) == 36_000
+    assert eviction_pace(50_000, 40_000) == 50_000  # never above the cap
+    assert eviction_pace(1_000, 5_000) == 1_000
