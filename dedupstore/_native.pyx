@@ -437,11 +437,12 @@ cdef class Space:
             return 0
         return <uint32_t>(now // self.gen_len)
 
-    cdef object _find(self, object get, bytes kb, bytes key, uint32_t top, uint32_t *found):
-        """Probe generations from ``top`` down (completed records), then the
-        pending database (unresolved ones); a key is in exactly one place in
-        any snapshot. After a generation hit kb holds the record's key; a
-        pending hit sets ``found`` to UNRESOLVED_GEN. A sealed generation whose
+    cdef object _find(self, object get, bytes kb, bytes ukey, uint32_t top, uint32_t *found):
+        """Probe generations from ``top`` down (completed records, under
+        ``kb``), then the pending database (unresolved ones, under ``ukey``);
+        a key is in exactly one place in any snapshot. After a generation hit
+        kb holds the record's key; a pending hit sets ``found`` to
+        UNRESOLVED_GEN. A sealed generation whose
         filter rules the key out is skipped; a "maybe" is always confirmed in
         LMDB."""
         cdef uint32_t g = top
@@ -470,7 +471,7 @@ cdef class Space:
             if g <= self.oldest:
                 break
             g -= 1
-        raw = get(_unresolved_key(self.prefix, key), None, self.pending)
+        raw = get(ukey, None, self.pending)
         if raw is not None:
             found[0] = UNRESOLVED_GEN
         return raw
@@ -649,18 +650,10 @@ cdef class Space:
         cdef bytes kb = _new_key(self.prefix, key)
         cdef object get = txn.get
         cdef uint32_t top = self._reach(get, now, &gs)
-        raw = self._find(get, kb, key, top, &found)
+        raw = self._find(get, kb, _unresolved_key(self.prefix, key), top, &found)
         if raw is None:
             return None
         return (found, raw)
-
-    cdef inline int _put_back(self, object txn, bytes kb, bytes key, uint32_t found, bytes stored) except -1:
-        # Rewrite a record where it was found: its generation, or the pending database.
-        if found == UNRESOLVED_GEN:
-            txn.put(_unresolved_key(self.prefix, key), stored, False, True, False, self.pending)
-        else:
-            txn.put(kb, stored, False, True, False, self.records)
-        return 0
 
     def claim(self, txn, bytes key, object digest, int64_t now, int64_t lease, int64_t event_time,
               object claimant, object event_id, bint write):
@@ -676,8 +669,9 @@ cdef class Space:
         cdef gen_state gs
         cdef object get = txn.get
         cdef bytes kb = _new_key(self.prefix, key)
+        cdef bytes ukey = _unresolved_key(self.prefix, key)
         cdef uint32_t top = self._reach(get, now, &gs)
-        cdef object raw = self._find(get, kb, key, top, &found)
+        cdef object raw = self._find(get, kb, ukey, top, &found)
         cdef bytes stored
 
         memset(&req, 0, sizeof(req))
@@ -703,7 +697,7 @@ cdef class Space:
             req.fresh_token = ds_next_token(&_token_state)
             ds_claim_decide(NULL, &req, &nxt, &out)
             stored = _encode(&nxt)
-            txn.put(_unresolved_key(self.prefix, key), stored, False, True, False, self.pending)
+            txn.put(ukey, stored, False, True, False, self.pending)
             return (out.status, out.token, 0, stored, False, True, UNRESOLVED_GEN)
 
         _decode(raw, &cur)
@@ -714,7 +708,11 @@ cdef class Space:
         if not write:
             return None
         stored = _encode(&nxt)
-        self._put_back(txn, kb, key, found, stored)
+        # Rewritten where it was found: the pending database, or its generation.
+        if found == UNRESOLVED_GEN:
+            txn.put(ukey, stored, False, True, False, self.pending)
+        else:
+            txn.put(kb, stored, False, True, False, self.records)
         return (out.status, out.token, out.retry_after, stored, bool(out.other_event), True, found)
 
     def complete(self, txn, bytes key, uint64_t token, bytes outcome, int64_t now):
@@ -723,10 +721,11 @@ cdef class Space:
         from: the current one, unless a newer one was written or it is sealed."""
         cdef ds_record cur, nxt
         cdef bytes kb = _new_key(self.prefix, key)
+        cdef bytes ukey = _unresolved_key(self.prefix, key)
         cdef uint32_t found = 0
         cdef gen_state gs
         cdef uint32_t top = self._reach(txn.get, now, &gs)
-        cdef object raw = self._find(txn.get, kb, key, top, &found)
+        cdef object raw = self._find(txn.get, kb, ukey, top, &found)
         cdef int rc
         cdef bytes stored
         if raw is None:
@@ -739,7 +738,7 @@ cdef class Space:
         if found != UNRESOLVED_GEN:
             raise StoreFormatError("an unresolved record was found in a generation (store format violated)")
         stored = _encode(&nxt)
-        txn.delete(_unresolved_key(self.prefix, key), b"", self.pending)
+        txn.delete(ukey, b"", self.pending)
         _set_gen(kb, top)
         txn.put(kb, stored, False, True, False, self.records)
         if top > gs.newest:
@@ -749,13 +748,14 @@ cdef class Space:
 
     def release(self, txn, bytes key, uint64_t token, int64_t now):
         cdef ds_record cur
-        cdef object raw = txn.get(_unresolved_key(self.prefix, key), None, self.pending)
+        cdef bytes ukey = _unresolved_key(self.prefix, key)
+        cdef object raw = txn.get(ukey, None, self.pending)
         if raw is None:
             return DS_OP_LEASE_LOST  # only an unresolved record can be released
         _decode(raw, &cur)
         if ds_release_decide(&cur, token) != DS_OP_APPLY:
             return DS_OP_LEASE_LOST
-        txn.delete(_unresolved_key(self.prefix, key), b"", self.pending)
+        txn.delete(ukey, b"", self.pending)
         return DS_OP_APPLY
 
     def renew(self, txn, bytes key, uint64_t token, int64_t now, int64_t lease):
