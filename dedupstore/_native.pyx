@@ -97,6 +97,32 @@ cdef class Hasher:
         memcpy(buf + 2, PyBytes_AS_STRING(key), klen)
         return ds_reduce(ds_siphash64(&self.key, buf, 2 + klen), partitions)
 
+    def route_keys(self, bytes ns_prefix, list keys, uint32_t partitions):
+        """Check every key (as :func:`key_bytes`) and route it: returns (the
+        keys as bytes, {partition: [indexes in input order]}). One pass for a
+        whole batch instead of three Python loops over it."""
+        cdef char buf[2 + C_MAX_KEY_BYTES]
+        cdef Py_ssize_t i, n = len(keys), klen
+        cdef list kbs = [None] * n
+        cdef dict groups = {}
+        cdef bytes kb
+        cdef uint32_t p
+        if PyBytes_GET_SIZE(ns_prefix) != 2 or partitions < 1:
+            raise ValueError("route_keys() takes a 2-byte namespace prefix and at least one partition")
+        memcpy(buf, PyBytes_AS_STRING(ns_prefix), 2)
+        for i in range(n):
+            kb = key_bytes(keys[i])
+            kbs[i] = kb
+            klen = PyBytes_GET_SIZE(kb)
+            memcpy(buf + 2, PyBytes_AS_STRING(kb), klen)
+            p = ds_reduce(ds_siphash64(&self.key, buf, 2 + klen), partitions)
+            order = groups.get(p)
+            if order is None:
+                groups[p] = [i]
+            else:
+                (<list>order).append(i)
+        return kbs, groups
+
     def intent_digest(self, object intent, tuple fields=None):
         """The stored digest of ``intent``, or None for "no intent check"."""
         cdef bytes canon = canonical_intent(intent, fields)
@@ -394,6 +420,10 @@ cdef struct gen_state:
 cdef enum:
     GS_BYTES = 9
 
+#: "The frontier has not been read in this transaction yet" (no real
+#: frontier is this far before the epoch).
+cdef int64_t NO_FRONTIER = -0x7FFFFFFFFFFFFFFF - 1
+
 
 cdef class Space:
     """One namespace inside one partition: the databases and the generations a
@@ -437,9 +467,10 @@ cdef class Space:
             return 0
         return <uint32_t>(now // self.gen_len)
 
-    cdef object _find(self, object get, bytes kb, bytes ukey, uint32_t top, uint32_t *found):
+    cdef object _find(self, object get, bytes kb, bytes ukey, uint32_t top, uint32_t *found, bint pending=True):
         """Probe generations from ``top`` down (completed records, under
-        ``kb``), then the pending database (unresolved ones, under ``ukey``);
+        ``kb``), then, with ``pending``, the pending database (unresolved
+        ones, under ``ukey``);
         a key is in exactly one place in any snapshot. After a generation hit
         kb holds the record's key; a pending hit sets ``found`` to
         UNRESOLVED_GEN. A sealed generation whose
@@ -471,6 +502,8 @@ cdef class Space:
             if g <= self.oldest:
                 break
             g -= 1
+        if not pending:
+            return None
         raw = get(ukey, None, self.pending)
         if raw is not None:
             found[0] = UNRESOLVED_GEN
@@ -662,16 +695,29 @@ cdef class Space:
         the verdict needs a write (the caller retries in a write transaction).
         ``generation`` is where the record lives: UNRESOLVED_GEN for one that
         is not completed, which is where a NEW record goes."""
+        cdef gen_state gs
+        cdef object get = txn.get
+        cdef int64_t frontier = NO_FRONTIER
+        return self._claim(txn, get, key, digest, now, lease, event_time, claimant, event_id, write,
+                           self._reach(get, now, &gs), &frontier)
+
+    cdef object _claim(self, object txn, object get, bytes key, object digest, int64_t now, int64_t lease,
+                       int64_t event_time, object claimant, object event_id, bint write, uint32_t top,
+                       int64_t *frontier):
+        # ``top`` is _reach()'s answer and ``frontier[0]`` the eviction
+        # frontier once read (NO_FRONTIER before): neither changes inside a
+        # transaction that only claims, so a batch reads each once.
         cdef ds_record cur, nxt
         cdef ds_claim_req req
         cdef ds_claim_out out
         cdef uint32_t found = 0
-        cdef gen_state gs
-        cdef object get = txn.get
         cdef bytes kb = _new_key(self.prefix, key)
         cdef bytes ukey = _unresolved_key(self.prefix, key)
-        cdef uint32_t top = self._reach(get, now, &gs)
-        cdef object raw = self._find(get, kb, ukey, top, &found)
+        # Writing, the pending database is not probed first: a key found in
+        # no generation is put there with NOOVERWRITE as if absent (most
+        # claims that reach a write are NEW), and only when that finds a
+        # record is it read and decided upon. One LMDB call instead of two.
+        cdef object raw = self._find(get, kb, ukey, top, &found, not write)
         cdef bytes stored
 
         memset(&req, 0, sizeof(req))
@@ -693,12 +739,17 @@ cdef class Space:
             if event_time != DS_NO_TIME:
                 # Only a claim that could be NEW needs the frontier, and it must
                 # be read in this transaction: eviction moves it forward.
-                req.frontier = self._frontier(get)
+                if frontier[0] == NO_FRONTIER:
+                    frontier[0] = self._frontier(get)
+                req.frontier = frontier[0]
             req.fresh_token = ds_next_token(&_token_state)
             ds_claim_decide(NULL, &req, &nxt, &out)
             stored = _encode(&nxt)
-            txn.put(ukey, stored, False, True, False, self.pending)
-            return (out.status, out.token, 0, stored, False, True, UNRESOLVED_GEN)
+            if txn.put(ukey, stored, False, False, False, self.pending):
+                return (out.status, out.token, 0, stored, False, True, UNRESOLVED_GEN)
+            # Unresolved already: decide on that record, as a probe would have.
+            raw = get(ukey, None, self.pending)
+            found = UNRESOLVED_GEN
 
         _decode(raw, &cur)
         req.fresh_token = ds_next_token(&_token_state)
@@ -775,16 +826,22 @@ cdef class Space:
         txn.put(ukey, stored, False, True, False, self.pending)
         return (DS_OP_APPLY, stored, UNRESOLVED_GEN)
 
-def claim_batch(list spaces, list order, txn, list keys, list digests, int64_t now, int64_t lease,
+def claim_batch(Space space, list order, txn, list keys, list digests, int64_t now, int64_t lease,
                 list event_times, object claimant, list results, bint write):
-    """Run claims ``order`` (indexes into the other lists) in one transaction,
-    storing each verdict tuple at ``results[i]``; with ``write`` false, indexes
-    that need a write are left as None and returned."""
+    """Run claims ``order`` (indexes into the other lists), all of keys in
+    ``space``, in one transaction, storing each verdict tuple at
+    ``results[i]``; with ``write`` false, indexes that need a write are left
+    as None and returned."""
     cdef list todo = []
     cdef set deferred = set()
     cdef Py_ssize_t i
-    cdef Space space
     cdef int64_t et
+    cdef object get = txn.get
+    cdef gen_state gs
+    # A claim writes neither the generation state nor the frontier, so one
+    # read of each serves the whole batch.
+    cdef uint32_t top = space._reach(get, now, &gs)
+    cdef int64_t frontier = NO_FRONTIER
     for i in order:
         if deferred and keys[i] in deferred:
             # An earlier claim of this key in the batch will write: this one is
@@ -793,14 +850,42 @@ def claim_batch(list spaces, list order, txn, list keys, list digests, int64_t n
             results[i] = None
             todo.append(i)
             continue
-        space = <Space>spaces[i]
         et = DS_NO_TIME if event_times is None or event_times[i] is None else event_times[i]
-        res = space.claim(txn, keys[i], digests[i], now, lease, et, claimant, None, write)
+        res = space._claim(txn, get, keys[i], digests[i], now, lease, et, claimant, None, write, top, &frontier)
         results[i] = res
         if res is None:
             todo.append(i)
             deferred.add(keys[i])
     return todo
+
+
+def batch_columns(list results, tuple status_by_code, tuple leased):
+    """One pass over a batch's verdict tuples: (statuses, tokens,
+    retry_after seconds, verdict counts by code, repeats with another
+    event id, duplicates of the same event), as ``claim_many`` returns and
+    tallies them."""
+    cdef Py_ssize_t i, n = len(results)
+    cdef list statuses = [None] * n
+    cdef list tokens = [None] * n
+    cdef list retry = [None] * n
+    cdef list counts = [0] * len(status_by_code)
+    cdef long other = 0, same = 0
+    cdef tuple res
+    cdef int code
+    for i in range(n):
+        res = <tuple>results[i]
+        code = res[0]
+        statuses[i] = status_by_code[code]
+        if leased[code]:
+            tokens[i] = res[1]
+        elif code == DS_IN_PROGRESS:
+            retry[i] = res[2] / 1e6
+        counts[code] += 1
+        if res[4]:
+            other += 1
+        elif code == DS_DUPLICATE:
+            same += 1
+    return statuses, tokens, retry, counts, other, same
 
 
 def complete_batch(list spaces, list order, txn, list keys, list tokens, list outcomes, int64_t now,

@@ -728,7 +728,7 @@ class DedupStore:
             raise InvalidInputError(f"intents must have one entry per key ({n}); got {len(intents)}")
         if event_times is not None and len(event_times) != n:
             raise InvalidInputError(f"event_times must have one entry per key ({n}); got {len(event_times)}")
-        kbs = [_native.key_bytes(k) for k in keys]
+        kbs, groups = self._hasher.route_keys(ns.prefix, keys if type(keys) is list else list(keys), self._nparts)
         if intents is None:
             digests: list[bytes | None] = [None] * n
         else:
@@ -738,14 +738,6 @@ class DedupStore:
         if event_times is not None:
             ets = [None if t is None else _time_us(t, "event_time") for t in event_times]
         cl = None if claimant is None else _small_bytes(claimant, "claimant", MAX_CLAIMANT_BYTES)
-        route = self._hasher.route
-        prefix = ns.prefix
-        nparts = self._nparts
-        pidxs = [route(prefix, kb, nparts) for kb in kbs]
-        spaces = [ns.spaces[p] for p in pidxs]
-        groups: dict[int, list[int]] = {}
-        for i, p in enumerate(pidxs):
-            groups.setdefault(p, []).append(i)
         now = self._now_us()
         lease_us = ns.lease_us
         results: list[Any] = [None] * n
@@ -757,20 +749,22 @@ class DedupStore:
             (
                 self._parts[p],
                 functools.partial(
-                    _native.claim_batch, spaces, order, keys=kbs, digests=digests, now=now, lease=lease_us,
+                    _native.claim_batch, ns.spaces[p], order, keys=kbs, digests=digests, now=now, lease=lease_us,
                     event_times=ets, claimant=cl, results=results, write=True,
                 ),
             )
             for p, order in groups.items()
         ]
         self._write_partitions(writes)
-        self._tally(results)
+        statuses, tokens, retry, counts, other, same = _native.batch_columns(results, STATUS_BY_CODE, LEASED_CODES)
+        with self._counts_lock:
+            for code, c in enumerate(counts):
+                self._counts[code] += c
+            self._other_event_repeats += other
+            self._same_event_duplicates += same
         result = self._result
-        in_progress = _native.IN_PROGRESS
         return BatchResult(
-            statuses=[STATUS_BY_CODE[res[0]] for res in results],
-            tokens=[res[1] if LEASED_CODES[res[0]] else None for res in results],
-            retry_after=[res[2] / 1e6 if res[0] == in_progress else None for res in results],
+            statuses=statuses, tokens=tokens, retry_after=retry,
             make=lambda i: result(results[i], namespace, kbs[i], results[i][6], now),
         )
 
