@@ -770,15 +770,26 @@ cdef class Space:
         """(op code, raw record after, generation it lives in). The completed
         record moves from the pending database to the generation probes start
         from: the current one, unless a newer one was written or it is sealed."""
+        cdef gen_state gs
+        cdef object get = txn.get
+        return self._complete(txn, get, key, token, outcome, now, self._reach(get, now, &gs), &gs)
+
+    cdef object _complete(self, object txn, object get, bytes key, uint64_t token, bytes outcome, int64_t now,
+                          uint32_t top, gen_state *gs):
+        # ``top`` and ``gs`` as _reach() gave them in this transaction; ``gs``
+        # is kept current here, so a batch reads them once.
         cdef ds_record cur, nxt
         cdef bytes kb = _new_key(self.prefix, key)
         cdef bytes ukey = _unresolved_key(self.prefix, key)
-        cdef uint32_t found = 0
-        cdef gen_state gs
-        cdef uint32_t top = self._reach(txn.get, now, &gs)
-        cdef object raw = self._find(txn.get, kb, ukey, top, &found)
+        cdef uint32_t found = UNRESOLVED_GEN
         cdef int rc
         cdef bytes stored
+        # The pending database first: a key is in one place in any snapshot,
+        # and a completion almost always finds its record unresolved, so the
+        # generations are probed only for a repeated completion.
+        cdef object raw = get(ukey, None, self.pending)
+        if raw is None:
+            raw = self._find(get, kb, ukey, top, &found, False)
         if raw is None:
             return (DS_OP_LEASE_LOST, None, 0)
         _decode(raw, &cur)
@@ -794,7 +805,7 @@ cdef class Space:
         txn.put(kb, stored, False, True, False, self.records)
         if top > gs.newest:
             gs.newest = top
-            self._write_state(txn, &gs)
+            self._write_state(txn, gs)
         return (rc, stored, top)
 
     def release(self, txn, bytes key, uint64_t token, int64_t now):
@@ -893,8 +904,16 @@ def complete_batch(list spaces, list order, txn, list keys, list tokens, list ou
     """Run completions ``order`` in one transaction; ``results[i]`` gets
     (op code, raw record, generation)."""
     cdef Py_ssize_t i
+    cdef Space space, last = None
+    cdef object get = txn.get
+    cdef gen_state gs
+    cdef uint32_t top = 0
     for i in order:
-        results[i] = (<Space>spaces[i]).complete(txn, keys[i], tokens[i], outcomes[i], now)
+        space = <Space>spaces[i]
+        if space is not last:
+            top = space._reach(get, now, &gs)
+            last = space
+        results[i] = space._complete(txn, get, keys[i], tokens[i], outcomes[i], now, top, &gs)
 
 
 def release_batch(list spaces, list order, txn, list keys, list tokens, int64_t now, list results):
