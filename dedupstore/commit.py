@@ -19,6 +19,7 @@ each fsync carries half what it could. A lone caller never lingers.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from _thread import allocate_lock
@@ -39,10 +40,12 @@ MAX_LINGER_S = 0.0005
 
 
 class _Waiter:
-    __slots__ = ("op", "durable", "defer", "mark", "result", "error", "gate", "lead")
+    __slots__ = ("op", "durable", "defer", "mark", "result", "error", "gate", "lead", "where")
 
-    def __init__(self, op: Op, durable: bool, defer: bool = False) -> None:
+    def __init__(self, op: Op, durable: bool, defer: bool = False, where: Any = None) -> None:
         self.op = op
+        #: StoreCommitter: the partition's GroupCommitter this op writes through.
+        self.where = where
         self.durable = durable
         #: The caller runs the journal fdatasync itself (run_deferred), and
         #: gets the mark to pass to it here.
@@ -258,3 +261,57 @@ class GroupCommitter:
         if self._journal is not None and durable and self._checkpoint is not None:
             self._checkpoint()  # beside another writer process: checkpointed instead
         return None
+
+
+class StoreCommitter(GroupCommitter):
+    """sync mode: single-key writes to every partition of a store share one
+    leader and one journal fdatasync.
+
+    Per-partition group commit splits concurrent callers by partition: eight
+    threads over four partitions made groups of about two, each waiting for
+    an fdatasync of its own of the one store journal. Here the leader takes
+    every queued write, whatever its partition, runs each partition's share
+    as one transaction through that partition's committer (which still orders
+    it with maintenance, and still checkpoints instead of journaling beside
+    another writer process), then fdatasyncs the journal once, up to the
+    greatest mark, before any of them returns.
+    """
+
+    def __init__(self, journal: Journal, trickle: Callable[[], Any] | None = None) -> None:
+        super().__init__(None, "store", journal=journal, trickle=trickle)  # type: ignore[arg-type]
+
+    def run_in(self, where: GroupCommitter, op: Op) -> Any:
+        """Run ``op`` in a transaction of ``where``'s partition; durable."""
+        return self._wait(_Waiter(op, True, where=where)).result
+
+    def _execute(self, batch: list[_Waiter]) -> tuple[int, int] | None:
+        groups: dict[int, list[_Waiter]] = {}
+        for w in batch:
+            groups.setdefault(id(w.where), []).append(w)
+        marks = []
+        for group in groups.values():
+            where = group[0].where
+            try:
+                _, mark = where.run_deferred(functools.partial(_run_each, group))
+            except BaseException as exc:
+                for w in group:
+                    w.error = exc
+                continue
+            where.ops += len(group) - 1  # it counted the group as one operation
+            if mark is not None:
+                marks.append(mark)
+        self.commits += 1
+        self.ops += len(batch)
+        return max(marks) if marks else None
+
+
+def _run_each(group: list[_Waiter], txn: Any) -> None:
+    # One transaction for a partition's share of the batch; each op's refusal
+    # is its own (as in GroupCommitter._attempt), and a retry after a full map
+    # runs them all again from scratch.
+    for w in group:
+        w.error = None
+        try:
+            w.result = w.op(txn)
+        except DedupError as exc:
+            w.error = exc

@@ -26,7 +26,7 @@ import lmdb
 
 from . import _native, checkpoint, effects
 from .checkpoint import Checkpointer, CheckpointFile, recover
-from .commit import GroupCommitter
+from .commit import GroupCommitter, StoreCommitter
 from .errors import (
     ForkedStoreError,
     InvalidInputError,
@@ -407,6 +407,11 @@ class DedupStore:
             self._meta.close()
             raise
         self._nparts = len(self._parts)
+        #: sync mode: single-key writes to any partition share one leader and
+        #: one journal fdatasync (claim_many does so per call already).
+        self._committer: StoreCommitter | None = None
+        if self._journal is not None and self._nparts > 1:
+            self._committer = StoreCommitter(self._journal, self._trickle_due.set)
         self._bloom_tag = _native.BloomFilter.hasher_tag(self._hasher)
         self._ns: dict[str, _Namespace] = {}
         self._ns_lock = threading.Lock()
@@ -702,9 +707,7 @@ class DedupStore:
         with part.env.begin() as txn:
             res = space.claim(txn, kb, digest, now, lease_us, et, cl, eid, False)
         if res is None:
-            res = part.committer.run(
-                lambda txn: space.claim(txn, kb, digest, now, lease_us, et, cl, eid, True)
-            )
+            res = self._commit(part, lambda txn: space.claim(txn, kb, digest, now, lease_us, et, cl, eid, True))
         self._tally((res,))
         return self._result(res, namespace, kb, res[6], now)
 
@@ -767,6 +770,13 @@ class DedupStore:
             statuses=statuses, tokens=tokens, retry_after=retry,
             make=lambda i: result(results[i], namespace, kbs[i], results[i][6], now),
         )
+
+    def _commit(self, part: _Partition, op: Callable[[Any], Any]) -> Any:
+        """Run a single-key durable write op in ``part``'s group commit (in
+        sync mode through the store-wide one, which shares the fdatasync)."""
+        if self._committer is None:
+            return part.committer.run(op)
+        return self._committer.run_in(part.committer, op)
 
     def _write_partitions(self, writes: Sequence[tuple[_Partition, Callable[[Any], Any]]]) -> None:
         """Run one write op per partition, each in that partition's group
@@ -838,7 +848,7 @@ class DedupStore:
         out = self._outcome(ns, namespace, outcome)
         space = ns.spaces[part.index]
         now = self._now_us()
-        rc, raw, gen = part.committer.run(lambda txn: space.complete(txn, kb, tok, out, now))
+        rc, raw, gen = self._commit(part, lambda txn: space.complete(txn, kb, tok, out, now))
         err = self._lease_error(namespace, kb, tok, rc)
         if err is not None:
             raise err
@@ -922,7 +932,7 @@ class DedupStore:
         ns, kb, tok, part = self._leased_op(namespace, key, token)
         space = ns.spaces[part.index]
         now = self._now_us()
-        err = self._lease_error(namespace, kb, tok, part.committer.run(lambda txn: space.release(txn, kb, tok, now)))
+        err = self._lease_error(namespace, kb, tok, self._commit(part, lambda txn: space.release(txn, kb, tok, now)))
         if err is not None:
             raise err
 
@@ -932,7 +942,7 @@ class DedupStore:
         lease_us = ns.lease_us if lease is None else _lease_us(lease)
         space = ns.spaces[part.index]
         now = self._now_us()
-        rc, raw, gen = part.committer.run(lambda txn: space.renew(txn, kb, tok, now, lease_us))
+        rc, raw, gen = self._commit(part, lambda txn: space.renew(txn, kb, tok, now, lease_us))
         err = self._lease_error(namespace, kb, tok, rc)
         if err is not None:
             raise err

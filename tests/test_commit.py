@@ -10,7 +10,7 @@ from typing import Any
 import lmdb
 import pytest
 
-from dedupstore.commit import GroupCommitter
+from dedupstore.commit import GroupCommitter, StoreCommitter
 from dedupstore.errors import InvalidTokenError
 from dedupstore.journal import Journal
 
@@ -149,3 +149,64 @@ def test_writeback_starts_after_a_journal_fdatasync_not_before_the_next(env: Any
         assert events == ["sync", "trickle"]
     finally:
         journal.close()
+
+
+def test_writes_to_several_partitions_queued_together_share_one_fdatasync(tmp_path: Path) -> None:
+    # sync mode: the store-wide committer takes what is queued for every
+    # partition, commits each partition's share once, and fdatasyncs the one
+    # journal once for all of them before any caller returns.
+    journal = Journal(tmp_path, b"\0" * 16)
+    envs = [lmdb.open(str(tmp_path / f"p{i}"), map_size=1 << 24, sync=False) for i in range(2)]
+    parts = [
+        GroupCommitter(e, f"partition {i}", journal=journal, part=i, codes={id(None): 3},
+                       checkpoint=lambda: None, others=lambda: False)
+        for i, e in enumerate(envs)
+    ]
+    store = StoreCommitter(journal)
+    release = threading.Event()
+    results: dict[str, Any] = {}
+    errors: list[BaseException] = []
+
+    def refused(txn: Any) -> None:
+        raise InvalidTokenError("token refused")
+
+    def slow(txn: Any) -> str:
+        release.wait()  # the leader's transaction stays open while the others queue
+        txn.put(b"lead", b"v")
+        return "leader"
+
+    def run(name: str, where: GroupCommitter, op: Any) -> None:
+        try:
+            results[name] = store.run_in(where, op)
+        except InvalidTokenError as exc:
+            errors.append(exc)
+
+    try:
+        for p in parts:
+            store.run_in(p, put(b"warm"))  # each partition's first commit is checkpointed, not journaled
+        syncs = journal.syncs
+        leader = threading.Thread(target=run, args=("leader", parts[0], slow))
+        leader.start()
+        wait_for(lambda: store._busy)
+        queued = [("a0", parts[0], put(b"a0")), ("b0", parts[1], put(b"b0")), ("x", parts[1], refused),
+                  ("b1", parts[1], put(b"b1")), ("a1", parts[0], put(b"a1"))]
+        threads = [threading.Thread(target=run, args=q) for q in queued]
+        for t in threads:
+            t.start()
+        wait_for(lambda: len(store._queue) == len(queued))
+        release.set()
+        for t in [leader, *threads]:
+            t.join()
+        assert results == {"leader": "leader", "a0": b"a0", "b0": b"b0", "b1": b"b1", "a1": b"a1"}
+        assert [str(e) for e in errors] == ["token refused"]
+        # The leader's lone write, then one fdatasync for the five queued over both partitions.
+        assert journal.syncs - syncs == 2
+        # Each partition: its warm-up, the queued share as one transaction (and partition 0 the leader's).
+        assert [(p.commits, p.ops) for p in parts] == [(3, 4), (2, 4)]
+        for key, env in [(b"a0", envs[0]), (b"a1", envs[0]), (b"b0", envs[1]), (b"b1", envs[1])]:
+            with env.begin() as txn:
+                assert txn.get(key) == b"v"
+    finally:
+        journal.close()
+        for e in envs:
+            e.close()
