@@ -1,4 +1,5 @@
 # Type stubs for the compiled dedupstore._native (checked by mypy.stubtest in the test command).
+from collections.abc import Sequence
 from typing import Any
 
 from typing_extensions import disjoint_base
@@ -50,9 +51,10 @@ def claim_batch(
 
 def batch_columns(
     results: list[Any], status_by_code: tuple[Any, ...], leased: tuple[bool, ...]
-) -> tuple[list[Any], list[int | None], list[float | None], list[int], int, int]: ...
+) -> tuple[list[Any], list[int | None], list[float | None]]: ...
+def tally(rows: Any, counts: list[int]) -> tuple[int, int]: ...
 def complete_batch(
-    spaces: list[Any],
+    space: Space,
     order: list[int],
     txn: Any,
     keys: list[bytes],
@@ -62,7 +64,7 @@ def complete_batch(
     results: list[Any],
 ) -> None: ...
 def release_batch(
-    spaces: list[Any], order: list[int], txn: Any, keys: list[bytes], tokens: list[int], now: int, results: list[Any]
+    space: Space, order: list[int], txn: Any, keys: list[bytes], tokens: list[int], now: int, results: list[Any]
 ) -> None: ...
 
 @disjoint_base
@@ -72,7 +74,7 @@ class Hasher:
     def hash64(self, data: bytes) -> int: ...
     def route(self, ns_prefix: bytes, key: bytes, partitions: int) -> int: ...
     def route_keys(
-        self, ns_prefix: bytes, keys: list[Any], partitions: int
+        self, ns_prefix: bytes, keys: Sequence[Any], partitions: int
     ) -> tuple[list[bytes], dict[int, list[int]]]: ...
     def intent_digest(self, intent: object, fields: tuple[str, ...] | None = None) -> bytes | None: ...
 

@@ -87,22 +87,28 @@ cdef class Hasher:
     def hash64(self, bytes data) -> int:
         return ds_siphash64(&self.key, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
 
-    def route(self, bytes ns_prefix, bytes key, uint32_t partitions) -> int:
-        """The partition of (namespace, key): keyed, so keys cannot be crafted to pile onto one."""
-        cdef char buf[2 + C_MAX_KEY_BYTES]
+    cdef inline uint32_t _route(self, char *buf, bytes key, uint32_t partitions):
+        # ``buf`` holds the 2-byte namespace prefix; ``key`` is checked.
         cdef Py_ssize_t klen = PyBytes_GET_SIZE(key)
-        if klen > C_MAX_KEY_BYTES or PyBytes_GET_SIZE(ns_prefix) != 2:
-            raise ValueError("route() takes a 2-byte namespace prefix and a checked key")
-        memcpy(buf, PyBytes_AS_STRING(ns_prefix), 2)
         memcpy(buf + 2, PyBytes_AS_STRING(key), klen)
         return ds_reduce(ds_siphash64(&self.key, buf, 2 + klen), partitions)
 
-    def route_keys(self, bytes ns_prefix, list keys, uint32_t partitions):
-        """Check every key (as :func:`key_bytes`) and route it: returns (the
-        keys as bytes, {partition: [indexes in input order]}). One pass for a
-        whole batch instead of three Python loops over it."""
+    def route(self, bytes ns_prefix, bytes key, uint32_t partitions) -> int:
+        """The partition of (namespace, key): keyed, so keys cannot be crafted to pile onto one."""
         cdef char buf[2 + C_MAX_KEY_BYTES]
-        cdef Py_ssize_t i, n = len(keys), klen
+        if PyBytes_GET_SIZE(key) > C_MAX_KEY_BYTES or PyBytes_GET_SIZE(ns_prefix) != 2:
+            raise ValueError("route() takes a 2-byte namespace prefix and a checked key")
+        memcpy(buf, PyBytes_AS_STRING(ns_prefix), 2)
+        return self._route(buf, key, partitions)
+
+    def route_keys(self, bytes ns_prefix, object keys, uint32_t partitions):
+        """Check every key of the sequence ``keys`` (as :func:`key_bytes`) and
+        route it: returns (the keys as bytes, {partition: [indexes in input
+        order]}). One pass for a whole batch instead of three Python loops."""
+        cdef char buf[2 + C_MAX_KEY_BYTES]
+        if type(keys) is not list:
+            keys = list(keys)
+        cdef Py_ssize_t i, n = len(keys)
         cdef list kbs = [None] * n
         cdef dict groups = {}
         cdef bytes kb
@@ -113,9 +119,7 @@ cdef class Hasher:
         for i in range(n):
             kb = key_bytes(keys[i])
             kbs[i] = kb
-            klen = PyBytes_GET_SIZE(kb)
-            memcpy(buf + 2, PyBytes_AS_STRING(kb), klen)
-            p = ds_reduce(ds_siphash64(&self.key, buf, 2 + klen), partitions)
+            p = self._route(buf, kb, partitions)
             order = groups.get(p)
             if order is None:
                 groups[p] = [i]
@@ -871,16 +875,12 @@ def claim_batch(Space space, list order, txn, list keys, list digests, int64_t n
 
 
 def batch_columns(list results, tuple status_by_code, tuple leased):
-    """One pass over a batch's verdict tuples: (statuses, tokens,
-    retry_after seconds, verdict counts by code, repeats with another
-    event id, duplicates of the same event), as ``claim_many`` returns and
-    tallies them."""
+    """(statuses, tokens, retry_after seconds) of a batch's verdict tuples,
+    in one pass: the columns ``claim_many``'s BatchResult holds."""
     cdef Py_ssize_t i, n = len(results)
     cdef list statuses = [None] * n
     cdef list tokens = [None] * n
     cdef list retry = [None] * n
-    cdef list counts = [0] * len(status_by_code)
-    cdef long other = 0, same = 0
     cdef tuple res
     cdef int code
     for i in range(n):
@@ -891,34 +891,43 @@ def batch_columns(list results, tuple status_by_code, tuple leased):
             tokens[i] = res[1]
         elif code == DS_IN_PROGRESS:
             retry[i] = res[2] / 1e6
+    return statuses, tokens, retry
+
+
+def tally(rows, list counts):
+    """Add verdict tuples ``rows`` to ``counts`` (indexed by status code);
+    returns (repeats with another event id, duplicates of the same event),
+    the two kinds of repeat stats() tells apart."""
+    cdef long other = 0, same = 0
+    cdef tuple res
+    cdef int code
+    for res in rows:
+        code = res[0]
         counts[code] += 1
         if res[4]:
             other += 1
         elif code == DS_DUPLICATE:
             same += 1
-    return statuses, tokens, retry, counts, other, same
+    return other, same
 
 
-def complete_batch(list spaces, list order, txn, list keys, list tokens, list outcomes, int64_t now,
+def complete_batch(Space space, list order, txn, list keys, list tokens, list outcomes, int64_t now,
                    list results):
-    """Run completions ``order`` in one transaction; ``results[i]`` gets
-    (op code, raw record, generation)."""
+    """Run completions ``order``, all of keys in ``space``, in one
+    transaction; ``results[i]`` gets (op code, raw record, generation)."""
     cdef Py_ssize_t i
-    cdef Space space, last = None
     cdef object get = txn.get
     cdef gen_state gs
-    cdef uint32_t top = 0
+    # Read once; _complete keeps ``gs`` current as it raises the newest generation.
+    cdef uint32_t top = space._reach(get, now, &gs)
     for i in order:
-        space = <Space>spaces[i]
-        if space is not last:
-            top = space._reach(get, now, &gs)
-            last = space
         results[i] = space._complete(txn, get, keys[i], tokens[i], outcomes[i], now, top, &gs)
 
 
-def release_batch(list spaces, list order, txn, list keys, list tokens, int64_t now, list results):
-    """Run releases ``order`` in one transaction; ``results[i]`` gets the op code."""
+def release_batch(Space space, list order, txn, list keys, list tokens, int64_t now, list results):
+    """Run releases ``order``, all of keys in ``space``, in one transaction;
+    ``results[i]`` gets the op code."""
     cdef Py_ssize_t i
     for i in order:
-        results[i] = (<Space>spaces[i]).release(txn, keys[i], tokens[i], now)
+        results[i] = space.release(txn, keys[i], tokens[i], now)
 

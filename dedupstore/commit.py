@@ -40,12 +40,14 @@ MAX_LINGER_S = 0.0005
 
 
 class _Waiter:
-    __slots__ = ("op", "durable", "defer", "mark", "result", "error", "gate", "lead", "where")
+    __slots__ = ("op", "durable", "defer", "mark", "result", "error", "gate", "lead", "where", "ops")
 
-    def __init__(self, op: Op, durable: bool, defer: bool = False, where: Any = None) -> None:
+    def __init__(self, op: Op, durable: bool, defer: bool = False, where: Any = None, ops: int = 1) -> None:
         self.op = op
         #: StoreCommitter: the partition's GroupCommitter this op writes through.
         self.where = where
+        #: Callers' operations this op runs (for the ``ops`` count).
+        self.ops = ops
         self.durable = durable
         #: The caller runs the journal fdatasync itself (run_deferred), and
         #: gets the mark to pass to it here.
@@ -109,12 +111,13 @@ class GroupCommitter:
         fdatasync carries them, as it carries everything appended before it."""
         return self._wait(_Waiter(op, durable)).result
 
-    def run_deferred(self, op: Op) -> tuple[Any, tuple[int, int] | None]:
+    def run_deferred(self, op: Op, ops: int = 1) -> tuple[Any, tuple[int, int] | None]:
         """Run ``op`` like :meth:`run`, but leave the journal fdatasync to the
         caller: returns the result and the journal mark to sync (None when
         nothing needs it). A batch over several partitions commits each, then
-        syncs the shared journal once, up to the greatest mark."""
-        w = self._wait(_Waiter(op, True, defer=True))
+        syncs the shared journal once, up to the greatest mark. ``ops``: how
+        many callers' operations ``op`` carries."""
+        w = self._wait(_Waiter(op, True, defer=True, ops=ops))
         return w.result, w.mark
 
     def _wait(self, waiter: _Waiter) -> _Waiter:
@@ -213,7 +216,7 @@ class GroupCommitter:
                 w.error = exc
             return None
         self.commits += 1
-        self.ops += len(batch)
+        self.ops += sum(w.ops for w in batch)
         return mark
 
     def _attempt(self, batch: list[_Waiter]) -> tuple[int, int] | None:
@@ -292,12 +295,11 @@ class StoreCommitter(GroupCommitter):
         for group in groups.values():
             where = group[0].where
             try:
-                _, mark = where.run_deferred(functools.partial(_run_each, group))
+                _, mark = where.run_deferred(functools.partial(_run_each, group), ops=len(group))
             except BaseException as exc:
                 for w in group:
                     w.error = exc
                 continue
-            where.ops += len(group) - 1  # it counted the group as one operation
             if mark is not None:
                 marks.append(mark)
         self.commits += 1

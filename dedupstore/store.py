@@ -653,14 +653,9 @@ class DedupStore:
     def _tally(self, rows: Iterable[tuple[Any, ...]]) -> None:
         # One lock round per call, not per key: claim_many counts a whole batch at once.
         with self._counts_lock:
-            counts = self._counts
-            for res in rows:
-                code = res[0]
-                counts[code] += 1
-                if res[4]:
-                    self._other_event_repeats += 1
-                elif code == _native.DUPLICATE:
-                    self._same_event_duplicates += 1
+            other, same = _native.tally(rows, self._counts)
+            self._other_event_repeats += other
+            self._same_event_duplicates += same
 
     @staticmethod
     def _result(res: tuple[Any, ...], namespace: str, kb: bytes, gen: int, now: int) -> ClaimResult:
@@ -731,7 +726,7 @@ class DedupStore:
             raise InvalidInputError(f"intents must have one entry per key ({n}); got {len(intents)}")
         if event_times is not None and len(event_times) != n:
             raise InvalidInputError(f"event_times must have one entry per key ({n}); got {len(event_times)}")
-        kbs, groups = self._hasher.route_keys(ns.prefix, keys if type(keys) is list else list(keys), self._nparts)
+        kbs, groups = self._hasher.route_keys(ns.prefix, keys, self._nparts)
         if intents is None:
             digests: list[bytes | None] = [None] * n
         else:
@@ -759,12 +754,8 @@ class DedupStore:
             for p, order in groups.items()
         ]
         self._write_partitions(writes)
-        statuses, tokens, retry, counts, other, same = _native.batch_columns(results, STATUS_BY_CODE, LEASED_CODES)
-        with self._counts_lock:
-            for code, c in enumerate(counts):
-                self._counts[code] += c
-            self._other_event_repeats += other
-            self._same_event_duplicates += same
+        self._tally(results)
+        statuses, tokens, retry = _native.batch_columns(results, STATUS_BY_CODE, LEASED_CODES)
         result = self._result
         return BatchResult(
             statuses=statuses, tokens=tokens, retry_after=retry,
@@ -866,21 +857,15 @@ class DedupStore:
 
     def _fan_out(
         self, namespace: str, keys: Sequence[bytes | str], tokens: Sequence[object], what: str
-    ) -> tuple[_Namespace, list[bytes], list[int], list[_native.Space], dict[int, list[int]]]:
+    ) -> tuple[_Namespace, list[bytes], list[int], dict[int, list[int]]]:
         """Validate a batch of leased operations and group it by partition."""
         self._check()
         ns = self._namespace(namespace)
         if len(keys) > MAX_BATCH:
             raise InvalidInputError(f"{what} takes at most {MAX_BATCH} items per call; got {len(keys)}")
-        kbs = [_native.key_bytes(k) for k in keys]
+        kbs, groups = self._hasher.route_keys(ns.prefix, keys, self._nparts)
         toks = [_token(t) for t in tokens]
-        route = self._hasher.route
-        prefix = ns.prefix
-        pidxs = [route(prefix, kb, self._nparts) for kb in kbs]
-        groups: dict[int, list[int]] = {}
-        for i, p in enumerate(pidxs):
-            groups.setdefault(p, []).append(i)
-        return ns, kbs, toks, [ns.spaces[p] for p in pidxs], groups
+        return ns, kbs, toks, groups
 
     def complete_many(
         self, namespace: str, items: Sequence[tuple[bytes | str, int, bytes | str]]
@@ -892,7 +877,7 @@ class DedupStore:
         lease, the LeaseLostError that ``complete`` would have raised (that
         item changed nothing; the others are applied).
         """
-        ns, kbs, toks, spaces, groups = self._fan_out(
+        ns, kbs, toks, groups = self._fan_out(
             namespace, [k for k, _, _ in items], [t for _, t, _ in items], "complete_many"
         )
         outs = [self._outcome(ns, namespace, o) for _, _, o in items]
@@ -901,7 +886,7 @@ class DedupStore:
         self._write_partitions(
             [
                 (self._parts[p], functools.partial(
-                    _native.complete_batch, spaces, order, keys=kbs, tokens=toks, outcomes=outs, now=now,
+                    _native.complete_batch, ns.spaces[p], order, keys=kbs, tokens=toks, outcomes=outs, now=now,
                     results=results,
                 ))
                 for p, order in groups.items()
@@ -912,7 +897,7 @@ class DedupStore:
     def release_many(self, namespace: str, items: Sequence[tuple[bytes | str, int]]) -> list[LeaseLostError | None]:
         """Release many leases at once: ``items`` are (key, token). Results as
         for :meth:`complete_many`."""
-        ns, kbs, toks, spaces, groups = self._fan_out(
+        ns, kbs, toks, groups = self._fan_out(
             namespace, [k for k, _ in items], [t for _, t in items], "release_many"
         )
         now = self._now_us()
@@ -920,7 +905,7 @@ class DedupStore:
         self._write_partitions(
             [
                 (self._parts[p], functools.partial(
-                    _native.release_batch, spaces, order, keys=kbs, tokens=toks, now=now, results=results,
+                    _native.release_batch, ns.spaces[p], order, keys=kbs, tokens=toks, now=now, results=results,
                 ))
                 for p, order in groups.items()
             ]
