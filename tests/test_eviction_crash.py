@@ -3,6 +3,7 @@ frontier always covers whatever it did remove (never lags, never moves back)."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import subprocess
 import sys
@@ -25,7 +26,9 @@ CHILD = textwrap.dedent(
     path, now = sys.argv[1], float(sys.argv[2])
     with DedupStore.open(path, clock=lambda: now, eviction_rate=0, eviction_batch=3) as s:
         print("ready", flush=True)
-        while sum(s.evict(3).values()):
+        # One eviction call per line the parent sends: the parent decides how
+        # far each life gets, however fast or loaded the machine is.
+        while sys.stdin.readline() and sum(s.evict(3).values()):
             print("step", flush=True)
     print("done", flush=True)
     """
@@ -51,15 +54,22 @@ def test_kill_during_eviction(tmp_path: Path) -> None:
     finished = False
     while kills < 20 and not finished:
         child = subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(path), repr(now)], stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", CHILD, str(path), repr(now)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True,
         )
-        assert child.stdout is not None
+        assert child.stdin is not None and child.stdout is not None
         assert child.stdout.readline().strip() == "ready"
         # Killed after a random number of eviction calls (not a random time:
-        # eviction does not wait for the disk, so its speed varies a lot).
+        # eviction does not wait for the disk, so its speed varies a lot),
+        # then during one more, a random moment into it.
         for _ in range(rng.randint(0, 40)):
+            child.stdin.write("go\n")
+            child.stdin.flush()
             if child.stdout.readline().strip() != "step":
                 break
+        with contextlib.suppress(BrokenPipeError):
+            child.stdin.write("go\n")
+            child.stdin.flush()
         time.sleep(rng.uniform(0.0, 0.002))
         child.kill()
         out, _ = child.communicate()
