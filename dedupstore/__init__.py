@@ -34,6 +34,7 @@ from .errors import (
     StoreFullError,
     UnauthenticatedError,
     UnknownNamespaceError,
+    WriterBusyError,
 )
 from .namespace import NamespaceConfig, ReplayWindowWarning
 from .store import DedupStore
@@ -70,4 +71,5 @@ __all__ = [
     "StoreFullError",
     "UnauthenticatedError",
     "UnknownNamespaceError",
+    "WriterBusyError",
 ]

@@ -931,3 +931,132 @@ def release_batch(Space space, list order, txn, list keys, list tokens, int64_t 
     for i in order:
         results[i] = space.release(txn, keys[i], tokens[i], now)
 
+
+
+cdef object _ABSENT = object()
+
+
+cdef class Overlay:
+    """Flush-mode write-behind: a stand-in for one partition's write
+    transaction that holds this process's writes not yet applied to LMDB.
+
+    It answers ``get``, ``put`` and ``delete`` as a py-lmdb write transaction
+    would (the same positional signatures, which the Space methods call):
+    reads see the newest value written here, else the read ``snapshot``
+    (taken right after the last apply, so together they are the partition's
+    state). Each write is also encoded as a journal op (dedupstore/journal.py:
+    ``op u8 | db u8 | key length u16 | value length u32 | key | value``);
+    :meth:`take` hands over the ops of one call for the write-behind log, and
+    until :meth:`keep` the call's writes can be undone with :meth:`rollback`.
+    :meth:`changes` is what an apply writes: the newest value (or a delete) of
+    every key touched since :meth:`reset`."""
+
+    cdef public object snapshot
+    cdef object _records, _pending, _meta
+    cdef dict _recs, _pend, _metas  # key -> newest value, None once deleted
+    cdef bytearray _ops
+    cdef list _undo
+
+    def __init__(self, records, pending, meta, snapshot):
+        self._records = records
+        self._pending = pending
+        self._meta = meta
+        self._ops = bytearray()
+        self._undo = []
+        self.reset(snapshot)
+
+    cdef dict _map(self, int code):
+        return self._recs if code == 1 else self._pend if code == 2 else self._metas
+
+    cdef int _code(self, object db) except -1:
+        # Journal database codes: 1 records, 2 pending, 3 meta.
+        if db is self._pending:
+            return 2
+        if db is self._records:
+            return 1
+        if db is self._meta:
+            return 3
+        raise ValueError("the write-behind overlay covers the records, pending and meta databases only")
+
+    def get(self, bytes key, default=None, db=None):
+        cdef object v = self._map(self._code(db)).get(key, _ABSENT)
+        if v is _ABSENT:
+            return self.snapshot.get(key, default, db)
+        return default if v is None else v
+
+    cdef _write(self, int code, bytes key, object value):
+        cdef dict m = self._map(code)
+        cdef uint8_t head[8]
+        cdef Py_ssize_t klen = PyBytes_GET_SIZE(key)
+        cdef Py_ssize_t vlen = 0 if value is None else PyBytes_GET_SIZE(value)
+        self._undo.append((m, key, m.get(key, _ABSENT)))
+        m[key] = value
+        head[0] = 2 if value is None else 1  # journal PUT / DELETE
+        head[1] = <uint8_t>code
+        head[2] = <uint8_t>(klen & 0xFF)
+        head[3] = <uint8_t>(klen >> 8)
+        head[4] = <uint8_t>(vlen & 0xFF)
+        head[5] = <uint8_t>((vlen >> 8) & 0xFF)
+        head[6] = <uint8_t>((vlen >> 16) & 0xFF)
+        head[7] = <uint8_t>((vlen >> 24) & 0xFF)
+        self._ops += PyBytes_FromStringAndSize(<const char *>head, 8)
+        self._ops += key
+        if value is not None:
+            self._ops += value
+
+    def put(self, bytes key, bytes value, bint dupdata=False, bint overwrite=True, bint append=False, db=None):
+        cdef int code = self._code(db)
+        if not overwrite and self.get(key, None, db) is not None:
+            return False
+        self._write(code, key, value)
+        return True
+
+    def delete(self, bytes key, bytes value=b"", db=None):
+        cdef int code = self._code(db)
+        if self.get(key, None, db) is None:
+            return False
+        self._write(code, key, None)
+        return True
+
+    def take(self):
+        """The ops written since the last take (empty bytes if none)."""
+        cdef bytes out = bytes(self._ops)
+        del self._ops[:]
+        return out
+
+    def keep(self):
+        """The ops taken are in the log: they can no longer be undone."""
+        del self._undo[:]
+
+    def rollback(self):
+        """Undo every write since the last :meth:`keep` (a call that failed
+        before its ops reached the log)."""
+        cdef tuple u
+        for u in reversed(self._undo):
+            if u[2] is _ABSENT:
+                del (<dict>u[0])[u[1]]
+            else:
+                (<dict>u[0])[u[1]] = u[2]
+        del self._undo[:]
+        del self._ops[:]
+
+    def changes(self):
+        """(database code, key, value or None for a delete) of every key
+        written since :meth:`reset`, sorted (LMDB inserts faster in order)."""
+        cdef list out = []
+        cdef int code
+        for code in range(1, 4):
+            out.extend([(code, k, v) for k, v in sorted(self._map(code).items())])
+        return out
+
+    def __len__(self):
+        return len(self._recs) + len(self._pend) + len(self._metas)
+
+    def reset(self, snapshot):
+        """Forget every write (they are applied) and read from ``snapshot``."""
+        self.snapshot = snapshot
+        self._recs = {}
+        self._pend = {}
+        self._metas = {}
+        del self._undo[:]
+        del self._ops[:]

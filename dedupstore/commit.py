@@ -15,6 +15,11 @@ leader waits for them, at most ``LINGER_FRACTION`` of the last commit's
 duration (and never more than ``MAX_LINGER_S``), before it starts. Without
 that, closed-loop callers split into two half-size groups taking turns, and
 each fsync carries half what it could. A lone caller never lingers.
+
+Every write transaction first asks whether another process holds the
+partition's flush-mode write-behind window (dedupstore/window.py) and, if
+it does, waits for it to be given up; in the process that holds one, the
+transaction carries the window's unapplied writes first.
 """
 
 from __future__ import annotations
@@ -28,8 +33,9 @@ from typing import Any
 
 import lmdb
 
-from .errors import DedupError, StoreFullError
+from .errors import DedupError, StoreFullError, WriterBusyError
 from .journal import Journal, JournalTxn
+from .window import WAIT_LIMIT_S, WAIT_POLL_S, Window, WindowBusy
 
 Op = Callable[[Any], Any]  # receives the write transaction, returns the caller's result
 
@@ -70,8 +76,14 @@ class GroupCommitter:
         self, env: lmdb.Environment, describe: str, journal: Journal | None = None,
         codes: dict[int, int] | None = None, checkpoint: Callable[[], Any] | None = None,
         others: Callable[[], bool] | None = None, part: int = 0, trickle: Callable[[], Any] | None = None,
+        settle: Callable[[Any, str | None], Callable[[], None] | None] | None = None, window: Window | None = None,
     ) -> None:
         self._env = env
+        #: settle(txn, mine): waits out (WindowBusy) or takes over another
+        #: process's write-behind window (dedupstore/window.py); ``window``:
+        #: this process's, whose unapplied writes each transaction carries first.
+        self._settle = settle
+        self._window = window
         self._describe = describe
         #: sync mode: each commit's writes are appended to the journal and
         #: fdatasynced before its callers are released; if that fails, every
@@ -194,14 +206,14 @@ class GroupCommitter:
         """Run the batch; returns the journal mark its callers wait for, if any."""
         try:
             try:
-                mark = self._attempt(batch)
+                mark = self._attempt_waiting(batch)
             except lmdb.MapFullError:
                 if self._checkpoint is None:
                     raise
                 # A checkpoint moves its pin, so LMDB may reuse the pages
                 # freed since the last one; then the batch gets one more try.
                 self._checkpoint()
-                mark = self._attempt(batch)
+                mark = self._attempt_waiting(batch)
         except lmdb.MapFullError:
             full = StoreFullError(
                 f"{self._describe} reached its map size ({self._env.info()['map_size']:,} bytes); "
@@ -219,14 +231,47 @@ class GroupCommitter:
         self.ops += sum(w.ops for w in batch)
         return mark
 
+    def _attempt_waiting(self, batch: list[_Waiter]) -> tuple[int, int] | None:
+        """:meth:`_attempt`, again every WAIT_POLL_S while another process
+        holds the partition's write-behind window (it gives it up within its
+        apply interval of seeing this process), at most WAIT_LIMIT_S."""
+        deadline = 0.0
+        while True:
+            try:
+                return self._attempt(batch)
+            except WindowBusy as busy:
+                now = time.monotonic()
+                deadline = deadline or now + WAIT_LIMIT_S
+                if now >= deadline:
+                    raise WriterBusyError(
+                        f"{self._describe}: another process (write-behind log {busy.owner.name}) has held this "
+                        f"partition's flush-mode write-behind window for {WAIT_LIMIT_S:g} s although this "
+                        f"process wants to write; a live process gives it up within its apply_interval of "
+                        f"seeing another writer, so that one is stopped or hung. Nothing of this call was written"
+                    ) from None
+                time.sleep(WAIT_POLL_S)
+
     def _attempt(self, batch: list[_Waiter]) -> tuple[int, int] | None:
         """One transaction for the batch; ops are re-run from scratch on a
         retry. Returns the journal mark to fdatasync before the callers
         return (sync mode, when the batch wrote and a caller waits)."""
+        window = self._window
+        if window is None:
+            return self._transaction(batch)
+        with window.lock:  # before LMDB's writer lock, as the window's own applies take them
+            return self._transaction(batch)
+
+    def _transaction(self, batch: list[_Waiter]) -> tuple[int, int] | None:
         journal = self._journal
+        window = self._window
+        cleanup = None
         txn = self._env.begin(write=True)
         try:
             txnid = txn.id()
+            if self._settle is not None:
+                cleanup = self._settle(txn, None if window is None else window.name)
+            if window is not None:
+                window.prelude(txn)
             if journal is not None and self._others is not None:
                 # Asked under the writer lock: no other process can commit
                 # between this answer and our commit.
@@ -250,6 +295,10 @@ class GroupCommitter:
         except BaseException:
             txn.abort()
             raise
+        if window is not None:
+            window.committed()
+        if cleanup is not None:
+            cleanup()
         if jt is not None:
             assert journal is not None
             if not durable:

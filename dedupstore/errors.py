@@ -73,6 +73,12 @@ class DurabilityError(DedupError):
     """
 
 
+class WriterBusyError(DedupError):
+    """Another process held a partition's flush-mode write-behind window for
+    too long while this one waited to write (docs/guarantees.md); nothing of
+    the call was written."""
+
+
 class StoreFormatError(DedupError):
     """The directory is not a dedupstore store, is corrupt, or has another format version."""
 

@@ -173,9 +173,14 @@ def encode(part: int, txnid: int, ops: list[tuple[int, int, bytes, bytes]]) -> b
         add(pack(op, db, len(k), len(v)))
         add(k)
         add(v)
-    payload = b"".join(parts)
+    return frame(part, txnid, b"".join(parts))
+
+
+def frame(part: int, txnid: int, payload: bytes) -> bytes:
+    """One record around already encoded ops (the write-behind log's
+    records are built this way from :class:`dedupstore._native.Overlay`)."""
     head = _HEAD.pack(MAGIC, len(payload), txnid, part)
-    return head + payload + _CRC.pack(zlib.crc32(head[4:] + payload))
+    return head + payload + _CRC.pack(zlib.crc32(payload, zlib.crc32(head[4:])))
 
 
 def decode(raw: bytes) -> Iterator[tuple[int, int, list[tuple[int, int, bytes, bytes]]]]:

@@ -10,6 +10,7 @@ are committed together.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import functools
 import logging
@@ -68,6 +69,7 @@ from .namespace import (
 )
 from .units import parse_duration
 from .verdicts import LEASED_CODES, STATUS_BY_CODE, BatchResult, ClaimResult, Record, Status
+from .window import CLOSED, W_KEY, WLOG_DIR, Owner, Window, WindowBusy, collect_dead, settle
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -86,6 +88,12 @@ MAX_FLUSH_INTERVAL_S = 3600.0
 #: Between checkpoints, writeback of the data files is started this often
 #: (flush mode; in sync mode after each journal fdatasync instead).
 TRICKLE_S = 0.02
+#: flush mode: how long a returned write may wait in this process's
+#: write-behind window before it is applied to LMDB (dedupstore/window.py);
+#: what another process's reads may lag behind it.
+DEFAULT_APPLY_INTERVAL = 0.005
+MIN_APPLY_INTERVAL_S = 0.0005
+MAX_APPLY_INTERVAL_S = 1.0
 #: Target false-positive rate of each generation's filter.
 BLOOM_FP_RATE = 0.01
 #: Filters the background thread builds per refresh (about one refresh a second).
@@ -125,6 +133,9 @@ def _after_fork_in_child() -> None:
     # it); make every use raise instead of corrupting the parent's view.
     for store in list(_live):
         store._dead = "forked"
+        for part in store._parts:
+            if part.window is not None:
+                part.window.forget()  # so that the parent's death frees its log's lock
     _open_stores.clear()
 
 
@@ -165,6 +176,12 @@ def _put_meta(txn: Any, *, key: bytes, value: bytes, db: Any) -> None:
     txn.put(key, value, db=db)
 
 
+def _settled(txn: Any) -> None:
+    # A write transaction that writes nothing: its committer has settled
+    # another process's write-behind window first (dedupstore/window.py).
+    return None
+
+
 def _lease_us(value: object) -> int:
     return int(parse_duration(value, what="lease", minimum=MIN_LEASE_S, maximum=MAX_LEASE_S) * 1_000_000)
 
@@ -174,7 +191,7 @@ class _Partition:
 
     def __init__(
         self, root: Path, index: int, info: StoreInfo, map_size: int, hasher: _native.Hasher,
-        journal: Journal | None, trickle: Callable[[], Any] | None = None,
+        journal: Journal | None, trickle: Callable[[], Any] | None = None, write_behind: bool = False,
     ) -> None:
         path = partition_dir(root, index)
         if not path.is_dir():
@@ -211,12 +228,22 @@ class _Partition:
                             "%d): rolled back to it, then replayed %d journaled sync-mode transactions; writes "
                             "that were never made durable are gone", path, rec.txnid if rec else 0, self.replayed,
                         )
+                    self.dbs = {1: self.records, 2: self.pending, 3: self.meta}
+                    self._wdir = root / WLOG_DIR
+                    cleanup = None
                     with self.env.begin(write=True) as txn:
                         raw = txn.get(FORMAT_KEY, db=self.meta)
                         if raw is None:
                             txn.put(FORMAT_KEY, partition_format(info, index), db=self.meta)
                         else:
                             check_partition_format(raw, info, index, path)
+                        # A flush-mode process that died with a window open: what
+                        # it acknowledged is applied before anyone reads. (A live
+                        # one's window stays: it gives it up when we write.)
+                        with contextlib.suppress(WindowBusy):
+                            cleanup = self._settle(txn, None)
+                    if cleanup is not None:
+                        cleanup()
                     self.checkpointer = Checkpointer(self.env, path, self.ckpt)
                     self.checkpointer.checkpoint(locked=True)
                     if journal is not None:
@@ -230,19 +257,57 @@ class _Partition:
         except BaseException:
             self.ckpt.close()
             raise
+        #: flush mode: this process's write-behind window (dedupstore/window.py).
+        self.window = (
+            Window(self.env, self.dbs, root, index, self.ckpt.other_writers, self.checkpointer.checkpoint)
+            if write_behind else None
+        )
         # sync: each group commit is journaled and the journal fdatasynced
         # before its callers return (dedupstore/journal.py).
         self.committer = GroupCommitter(
             self.env, f"partition {index} ({path})", journal=self.journal, part=index,
             codes={id(self.records): 1, id(self.pending): 2, id(self.meta): 3},
             checkpoint=self.checkpointer.checkpoint, others=self.ckpt.other_writers, trickle=trickle,
+            settle=self._settle, window=self.window,
         )
         self.spaces: dict[int, _native.Space] = {}
         self.hasher = hasher
 
+    def _settle(self, txn: Any, mine: str | None) -> Callable[[], None] | None:
+        return settle(txn, self.dbs, self._wdir, mine)
+
+    def checkpoint(self) -> None:
+        """Apply the write-behind window, then checkpoint: everything
+        returned so far survives an OS crash."""
+        if self.window is not None:
+            self.window.apply()
+        self.checkpointer.checkpoint()
+
+    def reader(self) -> Any:
+        """A read transaction that sees every write returned so far, by this
+        process or another: this process's window is applied first (a scan
+        cannot read through it), and while another process's window is open
+        (or a dead one's is not yet taken over) a write transaction waits it
+        out first, which takes at most that process's apply_interval."""
+        window = self.window
+        if window is not None:
+            window.apply()
+        txn = self.env.begin()
+        raw = txn.get(W_KEY, db=self.meta)
+        if raw is not None and (window is None or Owner.unpack(raw).name != window.name):
+            txn.abort()
+            self.committer.run(_settled, durable=False)
+            txn = self.env.begin()
+        return txn
+
     def close(self) -> None:
-        """Checkpoint, drop the pin, close the environment."""
+        """Give up the window, checkpoint, drop the pin, close the environment."""
         try:
+            if self.window is not None:
+                try:
+                    self.window.close()
+                finally:
+                    self.window.forget()  # a failed close keeps the log for the next open
             self.checkpointer.checkpoint()
         finally:
             self.checkpointer.release()
@@ -303,6 +368,7 @@ class DedupStore:
         eviction_rate: float = DEFAULT_EVICTION_RATE,
         eviction_batch: int = DEFAULT_EVICTION_BATCH,
         flush_interval: float | str = DEFAULT_FLUSH_INTERVAL,
+        apply_interval: float | str = DEFAULT_APPLY_INTERVAL,
     ) -> DedupStore:
         """Open (or create) the store at ``path``.
 
@@ -319,7 +385,10 @@ class DedupStore:
         ``flush_interval`` (seconds or a duration string) is how often a
         background thread checkpoints: in ``flush`` mode the most an OS crash
         can take, in ``sync`` mode how much journal a restart may replay
-        (docs/guarantees.md).
+        (docs/guarantees.md); ``apply_interval`` (flush mode; 0 turns
+        write-behind off) is how often this process's write-behind window is
+        applied to LMDB while it is the store's only writer, so how far
+        another process's reads may lag behind its writes.
         """
         if durability not in DURABILITY:
             raise InvalidInputError(f"durability must be one of {sorted(DURABILITY)}; got {durability!r}")
@@ -343,6 +412,11 @@ class DedupStore:
         interval = parse_duration(
             flush_interval, what="flush_interval", minimum=MIN_FLUSH_INTERVAL_S, maximum=MAX_FLUSH_INTERVAL_S
         )
+        apply_s = 0.0
+        if apply_interval != 0:
+            apply_s = parse_duration(
+                apply_interval, what="apply_interval", minimum=MIN_APPLY_INTERVAL_S, maximum=MAX_APPLY_INTERVAL_S
+            )
         clock = clock or time.time
         root = Path(path)
         if create:
@@ -360,9 +434,9 @@ class DedupStore:
                 )
             _open_stores[ident] = weakref.ref(self)
         try:
-            self._init(root, ident, partitions, durability, bloom, clock, map_size)
+            self._init(root, ident, partitions, durability, bloom, clock, map_size, apply_s > 0)
             self._start_evictor(float(eviction_rate), eviction_batch)
-            self._start_flusher(interval)
+            self._start_flusher(interval, apply_s)
         except BaseException:
             with _open_lock:
                 _open_stores.pop(ident, None)
@@ -371,7 +445,7 @@ class DedupStore:
 
     def _init(
         self, root: Path, ident: tuple[int, int], partitions: int | None, durability: str, bloom: bool,
-        clock: Callable[[], float], map_size: int,
+        clock: Callable[[], float], map_size: int, write_behind: bool,
     ) -> None:
         self._dead: str | None = None
         self._root = root
@@ -394,11 +468,15 @@ class DedupStore:
             with recovery_lock(root):
                 if durability == "sync":
                     self._journal = Journal(root, boot)
+                wb = write_behind and durability == "flush"
                 for i in range(self._info.partitions):
                     self._parts.append(
-                        _Partition(root, i, self._info, map_size, self._hasher, self._journal, self._trickle_due.set)
+                        _Partition(
+                            root, i, self._info, map_size, self._hasher, self._journal, self._trickle_due.set, wb
+                        )
                     )
                 clear_other_boots(root, boot)
+                collect_dead(root, self._window_named)
         except BaseException:
             for p in self._parts:
                 p.close()
@@ -426,6 +504,15 @@ class DedupStore:
         self._stop = threading.Event()
         self._pid = os.getpid()
         _live.add(self)
+
+    def _window_named(self, index: int) -> str | None:
+        # The segment partition ``index``'s W names, if any (for collect_dead).
+        part = self._parts[index] if index < len(self._parts) else None
+        if part is None:
+            return None
+        with part.env.begin() as txn:
+            raw = txn.get(W_KEY, db=part.meta)
+        return None if raw is None else Owner.unpack(raw).name
 
     @property
     def path(self) -> Path:
@@ -506,20 +593,21 @@ class DedupStore:
     def _checkpoint_all(self) -> None:
         parts = self._parts
         if len(parts) == 1:
-            parts[0].checkpointer.checkpoint()
+            parts[0].checkpoint()
         else:
             # Each partition's checkpoint waits on its own fsyncs with the GIL
             # released; running them side by side overlaps those waits.
-            for fut in [self._executor().submit(p.checkpointer.checkpoint) for p in parts]:
+            for fut in [self._executor().submit(p.checkpoint) for p in parts]:
                 fut.result()
 
-    def _start_flusher(self, interval: float) -> None:
+    def _start_flusher(self, interval: float, apply_s: float) -> None:
         self._flusher = threading.Thread(
-            target=self._flush_every, args=(interval,), name=f"dedupstore-flush:{self._root}", daemon=True
+            target=self._flush_every, args=(interval, apply_s), name=f"dedupstore-flush:{self._root}",
+            daemon=True,
         )
         self._flusher.start()
 
-    def _flush_every(self, interval: float) -> None:
+    def _flush_every(self, interval: float, apply_s: float) -> None:
         # Bounds what an OS crash can take in flush mode, and how long a pin
         # keeps LMDB from reusing freed pages (so how far the file can grow).
         # Between checkpoints it starts writeback of what commits wrote, so
@@ -527,23 +615,36 @@ class DedupStore:
         # sync mode when a journal fdatasync has just returned (the committer
         # sets _trickle_due), so that the writeback overlaps the callers' next
         # work rather than their next fdatasync, and costs them no CPU.
+        # In flush mode it also ticks every apply_interval: each partition's
+        # write-behind window is applied (or given up, when another process
+        # wants to write).
         synced = self._journal is not None
+        windows = [p.window for p in self._parts if p.window is not None]
+        tick = min(interval, TRICKLE_S, apply_s) if windows else min(interval, TRICKLE_S)
         next_checkpoint = time.monotonic() + interval
+        next_trickle = time.monotonic() + TRICKLE_S
         while True:
             if synced:
                 if self._trickle_due.wait(max(0.0, next_checkpoint - time.monotonic())):
                     self._trickle_due.clear()
             else:
-                self._stop.wait(min(interval, TRICKLE_S))
+                self._stop.wait(tick)
             if self._stop.is_set():
                 return
             try:
-                if time.monotonic() < next_checkpoint:
-                    for p in self._parts:
-                        p.checkpointer.trickle()
+                for w in windows:
+                    w.tick()
+                now = time.monotonic()
+                if now < next_checkpoint:
+                    if synced or now >= next_trickle:
+                        next_trickle = now + TRICKLE_S
+                        for p in self._parts:
+                            p.checkpointer.trickle()
                     continue
-                next_checkpoint = time.monotonic() + interval
+                next_checkpoint = now + interval
                 for p in self._parts:
+                    if p.window is not None:
+                        p.window.apply()
                     if p.env.info()["last_txnid"] != p.checkpointer.durable_txnid:
                         p.checkpointer.checkpoint()
             except Exception:
@@ -699,10 +800,16 @@ class DedupStore:
         et = _native.NO_TIME if event_time is None else _time_us(event_time, "event_time")
         cl = None if claimant is None else _small_bytes(claimant, "claimant", MAX_CLAIMANT_BYTES)
         eid = None if event_id is None else _small_bytes(event_id, "event_id", MAX_EVENT_ID_BYTES)
-        with part.env.begin() as txn:
-            res = space.claim(txn, kb, digest, now, lease_us, et, cl, eid, False)
-        if res is None:
-            res = self._commit(part, lambda txn: space.claim(txn, kb, digest, now, lease_us, et, cl, eid, True))
+        res: Any = CLOSED
+        if part.window is not None:
+            # Decided against this process's unapplied writes, logged, no
+            # transaction: no read-only pass first either.
+            res = part.window.run(lambda ov: space.claim(ov, kb, digest, now, lease_us, et, cl, eid, True))
+        if res is CLOSED:
+            with part.reader() as txn:
+                res = space.claim(txn, kb, digest, now, lease_us, et, cl, eid, False)
+            if res is None:
+                res = self._commit(part, lambda txn: space.claim(txn, kb, digest, now, lease_us, et, cl, eid, True))
         self._tally((res,))
         return self._result(res, namespace, kb, res[6], now)
 
@@ -765,6 +872,10 @@ class DedupStore:
     def _commit(self, part: _Partition, op: Callable[[Any], Any]) -> Any:
         """Run a single-key durable write op in ``part``'s group commit (in
         sync mode through the store-wide one, which shares the fdatasync)."""
+        if part.window is not None:
+            res = part.window.run(op)
+            if res is not CLOSED:
+                return res
         if self._committer is None:
             return part.committer.run(op)
         return self._committer.run_in(part.committer, op)
@@ -782,6 +893,8 @@ class DedupStore:
         marks = []
         for part, op in writes:
             try:
+                if part.window is not None and part.window.run(op) is not CLOSED:
+                    continue
                 if journal is None:
                     part.committer.run(op)
                 else:
@@ -942,8 +1055,12 @@ class DedupStore:
         kb = _native.key_bytes(key)
         pidx = self._hasher.route(ns.prefix, kb, self._nparts)
         now = self._now_us()
-        with self._parts[pidx].env.begin() as txn:
-            hit = ns.spaces[pidx].lookup(txn, kb, now)
+        part = self._parts[pidx]
+        space = ns.spaces[pidx]
+        hit: Any = CLOSED if part.window is None else part.window.read(lambda ov: space.lookup(ov, kb, now))
+        if hit is CLOSED:
+            with part.reader() as txn:
+                hit = space.lookup(txn, kb, now)
         if hit is None:
             return None
         return Record.from_raw(namespace, kb, hit[0], hit[1], now)
@@ -956,7 +1073,7 @@ class DedupStore:
         now = self._now_us()
         out: list[Record] = []
         for part in self._parts:
-            with part.env.begin() as txn:
+            with part.reader() as txn:
                 cursor = txn.cursor(db=part.pending)
                 if not cursor.set_range(prefix):
                     continue
@@ -981,7 +1098,7 @@ class DedupStore:
         for p in self._parts:
             info = p.env.info()
             st = p.env.stat()
-            with p.env.begin() as txn:
+            with p.reader() as txn:
                 pending = txn.stat(p.pending)["entries"]  # unresolved records live apart
                 records = txn.stat(p.records)["entries"] + pending
             size = (info["last_pgno"] + 1) * st["psize"]
@@ -996,6 +1113,7 @@ class DedupStore:
                     "ops_committed": p.committer.ops,
                     "checkpoints": p.checkpointer.count,
                     "durable_txnid": p.checkpointer.durable_txnid,
+                    "write_behind": None if p.window is None else p.window.stats(),
                 }
             )
         namespaces = {}
@@ -1029,7 +1147,7 @@ class DedupStore:
         lag_us = 0
         horizon_us = int(cfg.horizon * 1_000_000)
         for part, space in zip(self._parts, ns.spaces, strict=True):
-            with part.env.begin() as txn:
+            with part.reader() as txn:
                 frontier = max(frontier, space.frontier(txn))
                 evicted += space.evicted_total(txn)
                 oldest = space.stored_oldest(txn)
@@ -1055,7 +1173,7 @@ class DedupStore:
     def _count_pending(self, prefix: bytes) -> int:
         n = 0
         for p in self._parts:
-            with p.env.begin() as txn:
+            with p.reader() as txn:
                 cursor = txn.cursor(db=p.pending)
                 if cursor.set_range(prefix):
                     for k in cursor.iternext(keys=True, values=False):
@@ -1133,7 +1251,7 @@ class DedupStore:
                 target = space.generation(now) - 2
                 if target >= space.oldest:
                     part.committer.run(functools.partial(space.seal, gen=target), durable=False)
-                with part.env.begin() as txn:
+                with part.reader() as txn:
                     sealed1, _ = space.generation_state(txn)
                     oldest = space.stored_oldest(txn)
                     # Newest first, and only so far back: an old store whose
@@ -1156,7 +1274,7 @@ class DedupStore:
                 for g in to_build:
                     if budget is not None and budget <= 0:
                         return done
-                    with part.env.begin() as txn:
+                    with part.reader() as txn:
                         bf = space.build_bloom(txn, g, BLOOM_FP_RATE, self._bloom_tag)
                     if bf is None:
                         bf = _native.BloomFilter(1, BLOOM_FP_RATE, self._bloom_tag)  # empty: rules every key out

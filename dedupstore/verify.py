@@ -54,6 +54,7 @@ from .layout import (
 )
 from .namespace import NamespaceConfig
 from .store import _open_lock, _open_stores
+from .window import W_KEY, WLOG_DIR, Owner
 
 #: Problems listed in a report; the rest are only counted.
 MAX_LISTED = 20
@@ -73,6 +74,7 @@ PROBLEM_KINDS = {
     "partition-open": "a partition (or the meta) environment that LMDB cannot open, or a missing named database",
     "partition-format": "a partition format record that is absent, not ours, or names another store or index",
     "recovery-pending": "the machine restarted since the last checkpoint: open rolls back to it, replays the journal",
+    "write-behind": "a partition's write-behind entry (meta key W) that does not decode or names a missing log",
     "lmdb-stat": "LMDB's own figures cannot be right (page size, depth, pages in use versus file and map size)",
     "lmdb-walk": "LMDB failed while walking a database: a page is unreachable or corrupt",
     "lmdb-count": "the entries walked differ from the count in the database header",
@@ -408,6 +410,21 @@ class _Verifier:
                     f"{child} is beyond the store's {partitions} partitions (p000..p{partitions - 1:03d})",
                 )
 
+    def window_entry(self, where: str, raw: bytes) -> None:
+        # A flush-mode process's write-behind window: open while it lives, and
+        # replayed by the next writer or open after it died (dedupstore/window.py).
+        try:
+            owner = Owner.unpack(raw)
+        except StoreFormatError as exc:
+            self.problem(where, "write-behind", str(exc))
+            return
+        if owner.boot == checkpoint.boot_id() and not (self.root / WLOG_DIR / owner.name).is_file():
+            self.problem(
+                where, "write-behind",
+                f"the write-behind entry names {WLOG_DIR}/{owner.name}, which is missing: the writes a flush-mode "
+                f"process acknowledged and had not yet applied are gone, and opens refuse to write the partition",
+            )
+
     def open_partition(self, index: int, store_id: str) -> tuple[lmdb.Environment, EnvFigures, dict[bytes, Any]] | None:
         path = partition_dir(self.root, index)
         where = path.name
@@ -510,6 +527,9 @@ class _Verifier:
 
             def meta_entry(k: bytes, v: bytes) -> None:
                 if k == FORMAT_KEY:
+                    return
+                if k == W_KEY:
+                    self.window_entry(where, v)
                     return
                 tag, rest = k[:1], k[1:]
                 if tag == b"B" and len(rest) == 6:

@@ -81,9 +81,9 @@ def test_accelerated_clock_rotates_and_evicts(tmp_path: Path) -> None:
 
 
 def test_a_run_that_falls_behind_stops_at_the_drain_deadline(tmp_path: Path) -> None:
-    # Single claims at 20,000/s cannot keep up (each waits on its commit);
-    # with no drain time the run stops when the schedule ends.
-    config = LoadConfig(rate=20_000, duration=0.3, durability="flush", mode="single", drain=0.0, time_scale=1.0)
+    # Single sync-mode claims at 20,000/s cannot keep up (each waits on a
+    # journal fdatasync); with no drain time the run stops when the schedule ends.
+    config = LoadConfig(rate=20_000, duration=0.3, durability="sync", mode="single", drain=0.0, time_scale=1.0)
     report = run_load(config, tmp_path / "s")
     doc = report.to_dict()
     assert doc["events"] == 6000 == len(report.latencies_us)

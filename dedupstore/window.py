@@ -1,0 +1,512 @@
+"""Flush-mode write-behind: many calls per LMDB transaction, each one
+surviving a killed process once it returns.
+
+A flush-mode commit of one key costs far more than the key: the checkpoint
+pin keeps LMDB from reusing the pages freed since the last checkpoint, so
+every transaction copies its root-to-leaf paths into fresh pages
+(27-44 us and 30-38 KB written per one-key transaction against 6 us and
+217 B with no reader; benches/bench_pin.py). A process that is a partition's
+only writer therefore opens a *window* on it:
+
+- It claims the window in LMDB, under LMDB's writer lock: the partition's
+  meta key ``W`` names its log segment (and boot) and the offset up to which
+  the segment is applied. While ``W`` names a live process, no other process
+  commits to the partition: every write transaction reads ``W`` first
+  (:func:`settle`) and waits (:class:`WindowBusy`).
+- Each call decides against an :class:`dedupstore._native.Overlay` (a read
+  snapshot under this process's unapplied writes), appends what it wrote as
+  one journal-format record to the segment with ``write()`` (in the kernel
+  once it returns: a killed process loses nothing), and returns. No LMDB
+  transaction, no lock another process waits on.
+- Every ``apply_interval`` (the store's flusher thread), before any other
+  write transaction of this process (eviction, sealing), before a
+  checkpoint, and when the overlay holds :data:`MAX_PENDING` keys, the
+  overlay is written in one transaction that also moves ``W``'s offset past
+  the records it holds.
+- Another process that wants to write holds the partition's writer lock (the
+  checkpoint file's, taken at open); the owner sees it at its next tick and
+  closes the window (applies and deletes ``W`` in one transaction) and does
+  not reopen it while that process is there. The other process waits for
+  ``W`` to go (at most :data:`WAIT_LIMIT_S`).
+- The owner died: the ``flock`` it held on its segment is free. The next
+  writer, or the next open, replays the segment's records after ``W``'s
+  offset into its own transaction and deletes ``W``: every call the dead
+  process returned is there, and nothing it did not log.
+- After an operating-system crash the partition is rolled back to its
+  checkpoint; a ``W`` in it names a segment of the previous boot, whose
+  unsynced tail may be lost or torn, and is dropped with it (flush mode's
+  promise: an OS crash may lose writes since the last ``flush()``).
+
+Segments: ``<store>/wlog/pNNN.<boot>.<pid>.<tag>.<seq>``; records as in
+dedupstore/journal.py, with the record's sequence number in the txn id field.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import struct
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lmdb
+
+from . import _native, checkpoint
+from .errors import StoreFormatError, StoreFullError
+from .journal import DELETE, PUT, decode, frame
+
+log = logging.getLogger("dedupstore")
+
+W_KEY = b"W"
+WLOG_DIR = "wlog"
+W_MAGIC = b"DSW1"
+_W = struct.Struct("<4s16sQ")  # magic, boot id, applied offset; then the segment's name
+#: Keys an overlay may hold before the call that reaches it applies them.
+MAX_PENDING = 20_000
+#: A segment is replaced by a fresh one at the first apply after it has grown past this.
+SEGMENT_BYTES = 16 << 20
+#: After an attempt to open found another writer, how long until the next.
+REOPEN_S = 0.1
+#: How long a writer waits for another process's window before giving up
+#: (the owner closes it within its apply interval of seeing a second writer).
+WAIT_LIMIT_S = 30.0
+#: How often a waiting writer looks again.
+WAIT_POLL_S = 0.0005
+
+#: Returned by :meth:`Window.run` and :meth:`Window.read` when no window is
+#: open: the caller takes the ordinary path (a write transaction).
+CLOSED = object()
+
+
+@dataclass(frozen=True)
+class Owner:
+    """A partition's ``W`` entry: whose window it is and how much of its log is applied."""
+
+    boot: bytes
+    offset: int
+    name: str
+
+    def pack(self) -> bytes:
+        return _W.pack(W_MAGIC, self.boot, self.offset) + self.name.encode()
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> Owner:
+        if len(raw) <= _W.size or raw[:4] != W_MAGIC:
+            raise StoreFormatError("a partition's write-behind entry (meta key 'W') is corrupt")
+        _, boot, offset = _W.unpack_from(raw)
+        return cls(boot, offset, raw[_W.size :].decode())
+
+
+class WindowBusy(Exception):
+    """Another live process holds the partition's window (internal: the
+    committer waits and retries)."""
+
+    def __init__(self, owner: Owner) -> None:
+        super().__init__(owner.name)
+        self.owner = owner
+
+
+def settle(txn: Any, dbs: dict[int, Any], wdir: Path, mine: str | None = None) -> Callable[[], None] | None:
+    """Make sure no other live process holds the window of the partition
+    ``txn`` writes (a write transaction: LMDB's writer lock is held, so
+    ``W`` cannot change under us). ``dbs``: journal code -> database.
+
+    Returns None when no window is open or it is ``mine``. A window of a
+    dead owner is taken over: its unapplied records are replayed into
+    ``txn`` and ``W`` deleted; the returned callable removes its segment
+    and must run once ``txn`` has committed. A window of another boot is
+    dropped the same way, without replay. Raises :class:`WindowBusy` when a
+    live process holds it."""
+    meta = dbs[3]
+    raw = txn.get(W_KEY, db=meta)
+    if raw is None:
+        return None
+    owner = Owner.unpack(raw)
+    if owner.name == mine:
+        return None
+    path = wdir / owner.name
+    if owner.boot != checkpoint.boot_id():
+        # The open after a restart rolled the partition back to a checkpoint
+        # that an apply of this window preceded; the log's unsynced tail is
+        # not to be trusted, and flush mode does not promise it.
+        txn.delete(W_KEY, db=meta)
+        return lambda: _unlink(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise StoreFormatError(
+            f"{path} is missing, but its partition's write-behind entry names it: writes a flush-mode "
+            f"process acknowledged would be lost; refusing to write to the partition"
+        ) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise WindowBusy(owner) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        replayed = replay(txn, dbs, path, owner.offset)
+    except BaseException:
+        os.close(fd)
+        raise
+    txn.delete(W_KEY, db=meta)
+    log.warning(
+        "dedupstore: %s: took over the write-behind log of a process that died: replayed %d acknowledged "
+        "calls", path, replayed,
+    )
+
+    def cleanup() -> None:
+        _unlink(path)
+        os.close(fd)
+
+    return cleanup
+
+
+def replay(txn: Any, dbs: dict[int, Any], path: Path, offset: int) -> int:
+    """Apply the records of segment ``path`` from ``offset`` on, in order,
+    into ``txn``; stops at a torn record (a call that never returned).
+    Returns how many records."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        raw = f.read()
+    n = 0
+    for _, _, ops in decode(raw):
+        for op, code, key, value in ops:
+            if op == PUT:
+                txn.put(key, value, db=dbs[code])
+            elif op == DELETE:
+                txn.delete(key, db=dbs[code])
+            else:
+                raise StoreFormatError(f"{path}: a write-behind record holds unknown op {op}")
+        n += 1
+    return n
+
+
+def collect_dead(root: Path, named: Callable[[int], str | None]) -> int:
+    """Delete the segments under ``root`` that no process holds and no
+    partition's ``W`` names (``named(partition)``: the name, or None);
+    a window opened and a crash came before ``W`` named its new segment, say.
+    Returns how many."""
+    wdir = root / WLOG_DIR
+    n = 0
+    for path in sorted(wdir.iterdir()) if wdir.is_dir() else []:
+        name = path.name
+        if name.startswith(".") or not name.startswith("p"):
+            continue
+        try:
+            part = int(name[1:].split(".", 1)[0])
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except (ValueError, FileNotFoundError):
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # its writer lives
+        finally:
+            os.close(fd)
+        if named(part) != name:
+            _unlink(path)
+            n += 1
+    return n
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+class Window:
+    """One partition's write-behind window in this process (flush mode).
+
+    Every method that touches the overlay or the log runs under
+    :attr:`lock`; the partition's group committer takes it too, before
+    LMDB's writer lock, for every write transaction of this process."""
+
+    def __init__(
+        self, env: lmdb.Environment, dbs: dict[int, Any], root: Path, index: int,
+        others: Callable[[], bool], checkpoint_now: Callable[[], Any],
+    ) -> None:
+        self.lock = threading.Lock()
+        self.active = False
+        self.overlay: _native.Overlay | None = None
+        self.failed: BaseException | None = None
+        self._env = env
+        self._dbs = dbs
+        self._dir = root / WLOG_DIR
+        self._index = index
+        self._others = others
+        self._checkpoint = checkpoint_now  # moves the pin before a retry when the map is full
+        self._boot = checkpoint.boot_id()
+        self._stem = f"p{index:03d}.{self._boot.hex()}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+        self._seq = 0
+        self._fd = -1
+        self._name = ""
+        self._size = 0  # bytes in the segment; all of it is in the overlay or applied
+        self._records = 0
+        self._retry_at = 0.0
+        #: For stats(): windows opened, applies, keys applied, log bytes written.
+        self.opened = 0
+        self.applies = 0
+        self.applied_keys = 0
+        self.logged_bytes = 0
+
+    @property
+    def name(self) -> str | None:
+        """The segment ``W`` names while the window is open."""
+        return self._name if self.active else None
+
+    def stats(self) -> dict[str, Any]:
+        """For ``DedupStore.stats()``: whether the window is open now, how
+        often it was opened, the applies (transactions) and keys they wrote,
+        and the bytes logged."""
+        return {
+            "open": self.active, "opened": self.opened, "applies": self.applies,
+            "applied_keys": self.applied_keys, "logged_bytes": self.logged_bytes,
+        }
+
+    def run(self, op: Callable[[Any], Any]) -> Any:
+        """``op(overlay)`` under the window, its writes logged before it
+        returns; :data:`CLOSED` when no window could be opened (another
+        process writes the partition): then nothing ran."""
+        with self.lock:
+            if self.failed is not None:
+                raise self.failed
+            if not self.active and not self._open():
+                return CLOSED
+            ov = self.overlay
+            assert ov is not None
+            try:
+                result = op(ov)
+            except BaseException:
+                ov.rollback()
+                raise
+            payload = ov.take()
+            if payload:
+                if not self._log(payload):
+                    return CLOSED
+                ov.keep()
+                if len(ov) >= MAX_PENDING:
+                    self._apply()
+            return result
+
+    def read(self, op: Callable[[Any], Any]) -> Any:
+        """``op(overlay)`` for a read that must see this process's unapplied
+        writes; :data:`CLOSED` when no window is open."""
+        with self.lock:
+            if not self.active:
+                return CLOSED
+            return op(self.overlay)
+
+    def apply(self) -> None:
+        """Write the overlay to LMDB now (before a checkpoint or a scan)."""
+        if self.active:
+            with self.lock:
+                if self.active:
+                    self._apply()
+
+    def tick(self) -> None:
+        """The flusher's every-``apply_interval`` call: apply, or close the
+        window if another process wants to write."""
+        if not self.active:
+            return
+        with self.lock:
+            if not self.active:
+                return
+            if self._others():
+                self._apply(closing=True)
+            elif len(self.overlay or ()):
+                self._apply()
+
+    def close(self) -> None:
+        """Apply and give the window up (the store is closing)."""
+        with self.lock:
+            if self.active:
+                self._apply(closing=True)
+
+    def forget(self) -> None:
+        """In a forked child: drop the inherited segment descriptor (so that
+        the parent's death frees its lock), touching nothing else."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self.active = False
+
+    # The group committer's side: a write transaction of this process
+    # carries the unapplied writes first (the caller holds self.lock).
+
+    def prelude(self, txn: Any) -> None:
+        if not self.active:
+            return
+        if self.failed is not None:
+            raise self.failed
+        assert self.overlay is not None
+        self._write(txn, self.overlay.changes(), Owner(self._boot, self._size, self._name))
+
+    def committed(self) -> None:
+        if not self.active:
+            return
+        assert self.overlay is not None
+        self.applied_keys += len(self.overlay)
+        self._renew()
+
+    # Internals (self.lock held).
+
+    def _open(self) -> bool:
+        now = time.monotonic()
+        if now < self._retry_at:
+            return False
+        self._retry_at = now + REOPEN_S
+        if self._others():
+            return False
+        name, fd = self._new_segment()
+        cleanup = None
+        txn = self._env.begin(write=True)
+        try:
+            if self._others():  # asked again under LMDB's writer lock
+                raise _NotNow
+            cleanup = settle(txn, self._dbs, self._dir)
+            txn.put(W_KEY, Owner(self._boot, 0, name).pack(), db=self._dbs[3])
+            txn.commit()
+        except (WindowBusy, _NotNow, lmdb.MapFullError):
+            txn.abort()
+            self._drop_segment(name, fd)
+            return False
+        except BaseException:
+            txn.abort()
+            self._drop_segment(name, fd)
+            raise
+        if cleanup is not None:
+            cleanup()
+        self._fd, self._name, self._size = fd, name, 0
+        self.overlay = _native.Overlay(self._dbs[1], self._dbs[2], self._dbs[3], self._env.begin())
+        self.active = True
+        self.opened += 1
+        return True
+
+    def _log(self, payload: bytes) -> bool:
+        rec = frame(self._index, self._records, payload)
+        try:
+            n = os.write(self._fd, rec)
+            if n != len(rec):
+                raise OSError(f"short write: {n} of {len(rec)} bytes")
+        except OSError as exc:
+            # This call is not acknowledged: undo it, cut any torn tail, and
+            # give the window up (what was logged before is applied); the
+            # caller takes the ordinary path.
+            assert self.overlay is not None
+            self.overlay.rollback()
+            log.warning("dedupstore: write-behind log %s: %s; closing the window", self._dir / self._name, exc)
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._size)
+            self._apply(closing=True)
+            self._retry_at = time.monotonic() + 100 * REOPEN_S
+            return False
+        self._size += n
+        self._records += 1
+        self.logged_bytes += n
+        return True
+
+    def _apply(self, closing: bool = False) -> None:
+        ov = self.overlay
+        assert ov is not None
+        changes = ov.changes()
+        rotate = not closing and self._size >= SEGMENT_BYTES
+        if not changes and not closing and not rotate:
+            return
+        new: tuple[str, int] | None = self._new_segment() if rotate else None
+        owner: Owner | None = None
+        if not closing:
+            owner = Owner(self._boot, 0, new[0]) if new else Owner(self._boot, self._size, self._name)
+        try:
+            for attempt in (0, 1):
+                txn = self._env.begin(write=True)
+                try:
+                    self._write(txn, changes, owner)
+                    txn.commit()
+                    break
+                except lmdb.MapFullError:
+                    txn.abort()
+                    if attempt:
+                        raise
+                    self._checkpoint()  # moves the pin: freed pages become reusable
+                except BaseException:
+                    txn.abort()
+                    raise
+        except lmdb.MapFullError:
+            self.failed = StoreFullError(
+                f"partition {self._index} reached its map size with {len(changes):,} acknowledged flush-mode "
+                f"writes not yet applied; they are safe in {self._dir / self._name} and this handle answers "
+                f"from them, but takes no more writes. Close it and reopen with a larger map_size: the open "
+                f"applies them"
+            )
+            if new is not None:
+                self._drop_segment(*new)
+            raise self.failed from None
+        except BaseException:
+            if new is not None:
+                self._drop_segment(*new)
+            raise
+        self.applies += 1
+        self.applied_keys += len(changes)
+        if closing or new is not None:
+            self._drop_segment(self._name, self._fd)
+            self._fd, self._name, self._size = (-1, "", 0) if new is None else (new[1], new[0], 0)
+        if closing:
+            ov.snapshot.abort()
+            self.overlay = None
+            self.active = False
+        else:
+            self._renew()
+
+    def _write(self, txn: Any, changes: list[tuple[int, bytes, bytes | None]], owner: Owner | None) -> None:
+        dbs = self._dbs
+        for code, key, value in changes:
+            if value is None:
+                txn.delete(key, db=dbs[code])
+            else:
+                txn.put(key, value, db=dbs[code])
+        if owner is None:
+            txn.delete(W_KEY, db=dbs[3])
+        else:
+            txn.put(W_KEY, owner.pack(), db=dbs[3])
+
+    def _renew(self) -> None:
+        ov = self.overlay
+        assert ov is not None
+        ov.snapshot.abort()
+        ov.reset(self._env.begin())
+
+    def _new_segment(self) -> tuple[str, int]:
+        """A fresh segment, locked before it gets its name (so that no
+        collector takes it for a dead process's)."""
+        self._dir.mkdir(exist_ok=True)
+        self._seq += 1
+        name = f"{self._stem}.{self._seq}"
+        tmp = self._dir / f".{name}"
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.rename(tmp, self._dir / name)
+        except BaseException:
+            os.close(fd)
+            _unlink(tmp)
+            raise
+        return name, fd
+
+    def _drop_segment(self, name: str, fd: int) -> None:
+        _unlink(self._dir / name)
+        if fd >= 0:
+            os.close(fd)
+
+
+class _NotNow(Exception):
+    """Another writer appeared between the two checks of :meth:`Window._open`."""

@@ -1,0 +1,295 @@
+"""Flush-mode write-behind (dedupstore/window.py): a partition's only writer
+decides against an overlay, logs each call before it returns and applies many
+calls per LMDB transaction. What it returned must survive its death, be seen
+by every other process, and never let a key be NEW twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import pytest
+
+from dedupstore import DedupStore, InvalidDurationError, RecordState, Status, StoreFormatError, _native, window
+from dedupstore.journal import decode, frame
+from dedupstore.verify import verify_store
+
+CHILD = Path(__file__).with_name("_window_child.py")
+
+
+class Child:
+    def __init__(self, path: Path, apply_interval: float = 1.0) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(CHILD), str(path), str(apply_interval)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )
+        assert self.read() == "open"
+
+    def read(self) -> str:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().strip()
+        assert line, f"the child exited ({self.proc.poll()})"
+        return line
+
+    def ask(self, command: str) -> list[dict[str, Any]]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        verb, _, figures = self.read().partition(" ")
+        assert verb == "ok"
+        out: list[dict[str, Any]] = json.loads(figures)
+        return out
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        self._close_pipes()
+
+    def stop(self) -> None:
+        assert self.proc.stdin is not None
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+        self._close_pipes()
+
+    def _close_pipes(self) -> None:
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None and not pipe.closed:
+                pipe.close()
+
+
+def _expect(store: DedupStore, prefix: str, n: int) -> None:
+    for i in range(n):
+        key = f"{prefix}{i}"
+        rec = store.lookup("n", key)
+        assert rec is not None, f"acknowledged {key} is lost"
+        if i % 2 == 0:
+            assert (rec.state, rec.outcome) == (RecordState.COMPLETED, f"f-{key}".encode()), key
+        else:
+            assert rec.state is RecordState.PENDING, key
+
+
+def _raw_w(path: Path, partition: int = 0) -> bytes | None:
+    env = lmdb.open(str(path / f"p{partition:03d}"), max_dbs=4, readonly=True, lock=False)
+    try:
+        meta = env.open_db(b"meta", create=False)
+        with env.begin() as txn:
+            raw: bytes | None = txn.get(window.W_KEY, db=meta)
+            return raw
+    finally:
+        env.close()
+
+
+def _segments(path: Path) -> list[str]:
+    wdir = path / window.WLOG_DIR
+    return sorted(p.name for p in wdir.iterdir()) if wdir.is_dir() else []
+
+
+# ---------------------------------------------------------------- the overlay
+
+
+def test_overlay_reads_its_own_writes_over_the_snapshot_and_logs_them_as_journal_ops(tmp_path: Path) -> None:
+    env = lmdb.open(str(tmp_path), max_dbs=4)
+    recs, pend, meta = (env.open_db(n) for n in (b"records", b"pending", b"meta"))
+    with env.begin(write=True) as txn:
+        txn.put(b"old", b"1", db=recs)
+        txn.put(b"gone", b"2", db=pend)
+    snap = env.begin()
+    ov = _native.Overlay(recs, pend, meta, snap)
+    assert ov.get(b"old", None, recs) == b"1" and ov.get(b"old", None, pend) is None
+    assert ov.put(b"old", b"x", False, False, False, recs) is False  # NOOVERWRITE finds the snapshot's
+    assert ov.put(b"new", b"3", False, False, False, recs) is True
+    assert ov.delete(b"gone", b"", pend) is True and ov.get(b"gone", None, pend) is None
+    assert ov.delete(b"gone", b"", pend) is False
+    ops = ov.take()
+    [(part, seq, decoded)] = list(decode(frame(7, 42, ops)))
+    assert (part, seq) == (7, 42)
+    assert decoded == [(1, 1, b"new", b"3"), (2, 2, b"gone", b"")]
+    ov.keep()
+    ov.put(b"new", b"4", db=recs)
+    ov.put(b"other", b"5", db=meta)
+    ov.rollback()  # the last call failed before its log write: undone, ops dropped
+    assert ov.get(b"new", None, recs) == b"3" and ov.get(b"other", None, meta) is None
+    assert ov.take() == b""
+    assert ov.changes() == [(1, b"new", b"3"), (2, b"gone", None)] and len(ov) == 2
+    with pytest.raises(ValueError, match="records, pending and meta"):
+        ov.get(b"k", None, None)
+    snap.abort()
+    env.close()
+
+
+# ------------------------------------------------------------- one process
+
+
+def test_claims_go_through_the_window_and_are_applied_in_few_transactions(tmp_path: Path) -> None:
+    with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
+        s.ensure_namespace("n")
+        for i in range(300):
+            r = s.claim("n", f"k{i}")
+            assert r.status is Status.NEW
+            s.complete("n", f"k{i}", r.token, b"done")
+        assert s.claim("n", "k7").status is Status.DUPLICATE
+        rec = s.lookup("n", "k7")
+        assert rec is not None and rec.outcome == b"done"  # read through the overlay
+        [wb] = [p["write_behind"] for p in s.stats()["partition_stats"]]
+        assert wb["open"] and wb["opened"] == 1 and wb["logged_bytes"] > 0
+        # 600 calls, a handful of applies (stats() itself applies first).
+        assert 1 <= wb["applies"] <= 5 and wb["applied_keys"] >= 300
+        assert s.stats()["partition_stats"][0]["commits"] < 10
+    assert _raw_w(tmp_path / "s") is None and _segments(tmp_path / "s") == []  # close gave the window up
+    with DedupStore.open(tmp_path / "s", durability="flush") as s:
+        assert s.claim("n", "k299").status is Status.DUPLICATE
+    assert verify_store(tmp_path / "s").ok
+
+
+def test_sync_mode_and_apply_interval_zero_have_no_window(tmp_path: Path) -> None:
+    for kw in ({"durability": "sync"}, {"durability": "flush", "apply_interval": 0}):
+        with DedupStore.open(tmp_path / str(len(kw)), **kw) as s:  # type: ignore[arg-type]
+            s.ensure_namespace("n")
+            s.claim("n", "k")
+            assert all(p["write_behind"] is None for p in s.stats()["partition_stats"])
+
+
+@pytest.mark.parametrize("bad", [-1, "0.1ms", 2, "2s", "soon", True])
+def test_apply_interval_out_of_range_is_refused_naming_the_limit(tmp_path: Path, bad: object) -> None:
+    with pytest.raises(InvalidDurationError, match="apply_interval"):
+        DedupStore.open(tmp_path / "s", durability="flush", apply_interval=bad)  # type: ignore[arg-type]
+
+
+def test_apply_interval_edges_pass(tmp_path: Path) -> None:
+    for i, ok in enumerate(("0.5ms", 1.0)):
+        DedupStore.open(tmp_path / str(i), durability="flush", apply_interval=ok).close()
+
+
+def test_segments_rotate_and_the_old_ones_go(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(window, "SEGMENT_BYTES", 4096)
+    path = tmp_path / "s"
+    with DedupStore.open(path, durability="flush", partitions=1, apply_interval=1.0) as s:
+        s.ensure_namespace("n")
+        names = set()
+        for i in range(400):
+            s.claim("n", f"k{i}")
+            if i % 50 == 49:
+                s.flush()  # applies: past 4 KiB the segment is replaced
+                names.update(_segments(path))
+                assert len(_segments(path)) == 1
+        assert len(names) >= 4
+    with DedupStore.open(path, durability="flush") as s:
+        assert all(s.claim("n", f"k{i}").status is Status.IN_PROGRESS for i in range(400))
+
+
+def test_a_failed_log_write_is_not_acknowledged_and_the_call_goes_the_ordinary_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
+        s.ensure_namespace("n")
+        assert s.claim("n", "before").status is Status.NEW
+        win = s._parts[0].window
+        assert win is not None and win.active
+        real = os.write
+
+        def full(fd: int, data: bytes) -> int:
+            if fd == win._fd:
+                raise OSError(28, "No space left on device")
+            return real(fd, data)
+
+        monkeypatch.setattr(os, "write", full)
+        r = s.claim("n", "during")
+        assert r.status is Status.NEW and not win.active  # committed directly instead
+        monkeypatch.setattr(os, "write", real)
+        assert s.claim("n", "during").status is Status.IN_PROGRESS
+        assert s.claim("n", "before").status is Status.IN_PROGRESS
+    with DedupStore.open(tmp_path / "s", durability="flush") as s:
+        assert s.lookup("n", "during") is not None and s.lookup("n", "before") is not None
+
+
+def test_an_orphan_segment_is_collected_at_open(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    DedupStore.open(path, durability="flush").close()
+    (path / window.WLOG_DIR).mkdir(exist_ok=True)
+    orphan = path / window.WLOG_DIR / "p000.00.1.dead.1"
+    orphan.write_bytes(b"junk")
+    DedupStore.open(path, durability="flush").close()
+    assert not orphan.exists()
+
+
+# ------------------------------------------------------------ processes
+
+
+def test_a_killed_owner_loses_nothing_it_returned(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    child = Child(path, apply_interval=1.0)  # nothing applied between its calls and the kill
+    try:
+        figures = child.ask("claim a 200")
+        assert figures[0]["open"] and figures[0]["logged_bytes"] > 0
+        child.ask("claim b 50")
+    finally:
+        child.kill()
+    assert _raw_w(path) is not None  # it died with its window open
+    with DedupStore.open(path, durability="flush") as s:
+        _expect(s, "a", 200)
+        _expect(s, "b", 50)
+        assert s.claim("n", "a1").status is Status.IN_PROGRESS  # not NEW a second time
+        assert s.claim("n", "a0", {"v": 1}).status is Status.DUPLICATE
+    assert _raw_w(path) is None and _segments(path) == []
+    assert verify_store(path).ok
+
+
+def test_a_dead_owners_writes_are_seen_by_a_process_that_only_reads(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    child = Child(path, apply_interval=1.0)
+    try:
+        child.ask("claim a 100")
+        with DedupStore.open(path, durability="sync") as s:  # opened while the owner lives
+            child.kill()
+            _expect(s, "a", 100)  # the read took the dead window over first
+    finally:
+        child.kill()
+
+
+def test_another_process_sees_a_live_owners_writes_and_takes_turns_with_it(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    child = Child(path, apply_interval=0.05)
+    try:
+        child.ask("claim a 100")
+        with DedupStore.open(path, durability="flush") as s:
+            # Its writes are still in its window; our lookup waits for it to give it up.
+            _expect(s, "a", 100)
+            assert s.claim("n", "a1").status is Status.IN_PROGRESS
+            assert s.claim("n", "mine").status is Status.NEW
+            figures = child.ask("claim b 20")  # it writes directly now, beside us
+            assert not figures[0]["open"]
+            _expect(s, "b", 20)
+            assert all(p["write_behind"]["open"] is False for p in s.stats()["partition_stats"])
+        time.sleep(2 * window.REOPEN_S)  # alone again: its next write reopens the window
+        figures = child.ask("claim c 20")
+        assert figures[0]["open"] and figures[0]["opened"] >= 2
+    finally:
+        child.stop()
+    with DedupStore.open(path, durability="flush") as s:
+        for prefix, n in (("a", 100), ("b", 20), ("c", 20)):
+            _expect(s, prefix, n)
+        assert s.lookup("n", "mine") is not None
+
+
+def test_a_missing_log_that_w_names_is_refused_not_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    child = Child(path, apply_interval=1.0)
+    try:
+        child.ask("claim a 10")
+    finally:
+        child.kill()
+    for seg in (path / window.WLOG_DIR).iterdir():
+        seg.unlink()
+    with pytest.raises(StoreFormatError, match="is missing, but its partition's write-behind entry names it"):
+        DedupStore.open(path, durability="flush")
+    report = verify_store(path)
+    assert "write-behind" in report.problem_kinds
