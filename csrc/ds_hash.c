@@ -81,3 +81,28 @@ uint64_t ds_siphash64(const ds_hash_key *key, const void *data, size_t len)
     siphash(key, (const uint8_t *)data, len, 0, out);
     return ds_load_le64(out);
 }
+
+static uint32_t crc_table[256];
+static int crc_ready;
+
+static void crc_init(void)
+{
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[n] = c;
+    }
+    crc_ready = 1; /* a racing first use only computes the same table twice */
+}
+
+uint32_t ds_crc32(uint32_t crc, const void *data, size_t len)
+{
+    const uint8_t *p = data;
+    if (!crc_ready)
+        crc_init();
+    crc = ~crc;
+    while (len--)
+        crc = crc_table[(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    return ~crc;
+}

@@ -31,4 +31,9 @@ static inline uint32_t ds_reduce(uint64_t h, uint32_t n)
     return (uint32_t)(((h >> 32) * (uint64_t)n) >> 32);
 }
 
+/* CRC-32 (IEEE 802.3, reflected, as zlib's crc32): the journal's and the
+ * write-behind log's record checksum. Chains like zlib: pass 0 first, then the
+ * previous result. Not a keyed hash: it detects torn writes, not tampering. */
+uint32_t ds_crc32(uint32_t crc, const void *data, size_t len);
+
 #endif

@@ -12,8 +12,9 @@ import math
 import os
 from collections.abc import Mapping
 
+from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
 from .errors import InvalidIntentError, InvalidKeyError, StoreFormatError
@@ -946,8 +947,9 @@ cdef class Overlay:
     (taken right after the last apply, so together they are the partition's
     state). Each write is also encoded as a journal op (dedupstore/journal.py:
     ``op u8 | db u8 | key length u16 | value length u32 | key | value``);
-    :meth:`take` hands over the ops of one call for the write-behind log, and
-    until :meth:`keep` the call's writes can be undone with :meth:`rollback`.
+    :meth:`record` frames the ops of one call as a journal record for the
+    write-behind log, and until :meth:`keep` the call's writes can be undone
+    with :meth:`rollback`.
     :meth:`changes` is what an apply writes: the newest value (or a delete) of
     every key touched since :meth:`reset`."""
 
@@ -1018,9 +1020,34 @@ cdef class Overlay:
         self._write(code, key, None)
         return True
 
-    def take(self):
-        """The ops written since the last take (empty bytes if none)."""
-        cdef bytes out = bytes(self._ops)
+    def record(self, uint16_t part, uint64_t seq):
+        """The ops written since the last record, framed as one journal
+        record of partition ``part`` with ``seq`` in its txn id field
+        (``magic "DSJ2" | payload length u32 | seq u64 | part u16 | payload |
+        CRC-32 u32``, the CRC over everything after the magic); None if no
+        op was written."""
+        cdef Py_ssize_t n = len(self._ops)
+        cdef bytes out
+        cdef uint8_t *p
+        cdef uint32_t crc
+        cdef int i
+        if n == 0:
+            return None
+        if n > 0xFFFFFFFF - 32:
+            raise ValueError("one call wrote more than a journal record holds")
+        out = PyBytes_FromStringAndSize(NULL, 18 + n + 4)
+        p = <uint8_t *>PyBytes_AS_STRING(out)
+        memcpy(p, b"DSJ2", 4)
+        for i in range(4):
+            p[4 + i] = <uint8_t>((<uint64_t>n >> (8 * i)) & 0xFF)
+        for i in range(8):
+            p[8 + i] = <uint8_t>((seq >> (8 * i)) & 0xFF)
+        p[16] = <uint8_t>(part & 0xFF)
+        p[17] = <uint8_t>(part >> 8)
+        memcpy(p + 18, PyByteArray_AS_STRING(self._ops), n)
+        crc = ds_crc32(0, p + 4, 14 + n)
+        for i in range(4):
+            p[18 + n + i] = <uint8_t>((crc >> (8 * i)) & 0xFF)
         del self._ops[:]
         return out
 

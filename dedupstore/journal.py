@@ -173,14 +173,9 @@ def encode(part: int, txnid: int, ops: list[tuple[int, int, bytes, bytes]]) -> b
         add(pack(op, db, len(k), len(v)))
         add(k)
         add(v)
-    return frame(part, txnid, b"".join(parts))
-
-
-def frame(part: int, txnid: int, payload: bytes) -> bytes:
-    """One record around already encoded ops (the write-behind log's
-    records are built this way from :class:`dedupstore._native.Overlay`)."""
+    payload = b"".join(parts)
     head = _HEAD.pack(MAGIC, len(payload), txnid, part)
-    return head + payload + _CRC.pack(zlib.crc32(payload, zlib.crc32(head[4:])))
+    return head + payload + _CRC.pack(zlib.crc32(head[4:] + payload))
 
 
 def decode(raw: bytes) -> Iterator[tuple[int, int, list[tuple[int, int, bytes, bytes]]]]:

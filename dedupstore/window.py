@@ -60,7 +60,7 @@ import lmdb
 
 from . import _native, checkpoint
 from .errors import StoreFormatError, StoreFullError
-from .journal import DELETE, PUT, decode, frame
+from .journal import DELETE, PUT, decode
 
 log = logging.getLogger("dedupstore")
 
@@ -289,9 +289,9 @@ class Window:
             except BaseException:
                 ov.rollback()
                 raise
-            payload = ov.take()
-            if payload:
-                if not self._log(payload):
+            rec = ov.record(self._index, self._records)
+            if rec is not None:
+                if not self._log(rec):
                     return CLOSED
                 ov.keep()
                 if len(ov) >= MAX_PENDING:
@@ -392,8 +392,7 @@ class Window:
         self.opened += 1
         return True
 
-    def _log(self, payload: bytes) -> bool:
-        rec = frame(self._index, self._records, payload)
+    def _log(self, rec: bytes) -> bool:
         try:
             n = os.write(self._fd, rec)
             if n != len(rec):

@@ -18,7 +18,7 @@ import lmdb
 import pytest
 
 from dedupstore import DedupStore, InvalidDurationError, RecordState, Status, StoreFormatError, _native, window
-from dedupstore.journal import decode, frame
+from dedupstore.journal import decode, encode
 from dedupstore.verify import verify_store
 
 CHILD = Path(__file__).with_name("_window_child.py")
@@ -109,16 +109,18 @@ def test_overlay_reads_its_own_writes_over_the_snapshot_and_logs_them_as_journal
     assert ov.put(b"new", b"3", False, False, False, recs) is True
     assert ov.delete(b"gone", b"", pend) is True and ov.get(b"gone", None, pend) is None
     assert ov.delete(b"gone", b"", pend) is False
-    ops = ov.take()
-    [(part, seq, decoded)] = list(decode(frame(7, 42, ops)))
+    rec = ov.record(7, 42)
+    assert rec is not None
+    [(part, seq, decoded)] = list(decode(rec))
     assert (part, seq) == (7, 42)
     assert decoded == [(1, 1, b"new", b"3"), (2, 2, b"gone", b"")]
+    assert rec == encode(7, 42, decoded)  # byte for byte a journal record, CRC included
     ov.keep()
     ov.put(b"new", b"4", db=recs)
     ov.put(b"other", b"5", db=meta)
     ov.rollback()  # the last call failed before its log write: undone, ops dropped
     assert ov.get(b"new", None, recs) == b"3" and ov.get(b"other", None, meta) is None
-    assert ov.take() == b""
+    assert ov.record(7, 43) is None
     assert ov.changes() == [(1, b"new", b"3"), (2, b"gone", None)] and len(ov) == 2
     with pytest.raises(ValueError, match="records, pending and meta"):
         ov.get(b"k", None, None)

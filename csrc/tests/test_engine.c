@@ -142,6 +142,16 @@ static void test_siphash_properties(void)
 /* ------------------------------------------------------------------------ */
 /* ds_reduce                                                                 */
 
+static void test_crc32(void)
+{
+    /* The standard check value, and zlib's chaining: one call over a whole
+     * equals two calls over its halves. */
+    CHECK_EQ_U64(ds_crc32(0, "123456789", 9), 0xCBF43926u);
+    CHECK_EQ_U64(ds_crc32(0, "", 0), 0);
+    CHECK_EQ_U64(ds_crc32(ds_crc32(0, "12345", 5), "6789", 4), 0xCBF43926u);
+    CHECK(ds_crc32(0, "123456780", 9) != 0xCBF43926u);
+}
+
 static void test_reduce(void)
 {
     static const uint32_t ns[] = {1, 2, 3, 4, 7, 16, 255, 1024, 65537, UINT32_MAX};
@@ -1174,6 +1184,7 @@ int main(void)
 {
     test_siphash_vectors();
     test_siphash_properties();
+    test_crc32();
     test_reduce();
     test_buf_limit();
     test_json_escaping();
