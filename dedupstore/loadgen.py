@@ -65,6 +65,8 @@ class LoadConfig:
     durability: str = "sync"
     #: The store's background checkpoint interval (seconds).
     flush_interval: float = 1.0
+    #: flush mode: the store's write-behind apply interval (seconds; 0 turns write-behind off).
+    apply_interval: float = 0.005
     partitions: int | None = None
     mode: str = "poll"
     #: Events per producer batch in ``batch`` mode.
@@ -237,6 +239,7 @@ class LoadReport:
             "duration_seconds": c.duration,
             "durability": c.durability,
             "flush_interval_seconds": c.flush_interval,
+            "apply_interval_seconds": c.apply_interval,
             "mode": c.mode,
             "batch": c.batch if c.mode == "batch" else (c.max_batch if c.mode == "poll" else 1),
             "path": self.path,
@@ -379,6 +382,7 @@ def _run(
         root,
         durability=config.durability,
         flush_interval=config.flush_interval,
+        apply_interval=config.apply_interval,
         partitions=config.partitions,
         bloom=config.bloom,
         clock=clock,

@@ -51,6 +51,10 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--flush-interval", default="1s", metavar="DURATION",
         help="how often the store's background checkpoint runs (default 1s; in flush mode, what an OS crash may take)",
     )
+    parser.add_argument(
+        "--apply-interval", default="5ms", metavar="DURATION",
+        help="flush mode: how often the write-behind window is applied to LMDB (default 5ms; 0 turns write-behind off)",
+    )
     parser.add_argument("--partitions", type=int, default=None, help="partitions of a new store (default 4)")
     parser.add_argument(
         "--mode", default="poll", choices=MODES,
@@ -89,6 +93,7 @@ def _config(args: argparse.Namespace) -> LoadConfig:
         drain=None if args.drain is None else parse_duration(args.drain, what="--drain", allow_zero=True),
         durability=args.durability,
         flush_interval=parse_duration(args.flush_interval, what="--flush-interval"),
+        apply_interval=parse_duration(args.apply_interval, what="--apply-interval", allow_zero=True),
         partitions=args.partitions,
         mode=args.mode,
         batch=args.batch,
