@@ -90,7 +90,7 @@ MAX_FLUSH_INTERVAL_S = 3600.0
 TRICKLE_S = 0.02
 #: flush mode: how long a returned write may wait in this process's
 #: write-behind window before it is applied to LMDB (dedupstore/window.py);
-#: what another process's reads may lag behind it.
+#: about how long another process's first write or read waits for the window.
 DEFAULT_APPLY_INTERVAL = 0.005
 MIN_APPLY_INTERVAL_S = 0.0005
 MAX_APPLY_INTERVAL_S = 1.0
@@ -387,8 +387,9 @@ class DedupStore:
         can take, in ``sync`` mode how much journal a restart may replay
         (docs/guarantees.md); ``apply_interval`` (flush mode; 0 turns
         write-behind off) is how often this process's write-behind window is
-        applied to LMDB while it is the store's only writer, so how far
-        another process's reads may lag behind its writes.
+        applied to LMDB while it is a partition's only writer, so about how
+        long another process's first write or read of that partition waits
+        for the window to be given up (docs/guarantees.md).
         """
         if durability not in DURABILITY:
             raise InvalidInputError(f"durability must be one of {sorted(DURABILITY)}; got {durability!r}")
