@@ -355,7 +355,9 @@ class Window:
         if not self.active:
             return
         assert self.overlay is not None
-        self.applied_keys += len(self.overlay)
+        if len(self.overlay):
+            self.applies += 1  # the transaction applied the window, as _apply does
+            self.applied_keys += len(self.overlay)
         self._renew()
 
     # Internals (self.lock held).
