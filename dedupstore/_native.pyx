@@ -15,7 +15,9 @@ from collections.abc import Mapping
 from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.errno cimport EINTR, errno
 from libc.string cimport memcpy, memset
+from posix.unistd cimport write as c_write
 
 from .errors import InvalidIntentError, InvalidKeyError, StoreFormatError
 
@@ -948,14 +950,19 @@ cdef class Overlay:
     state). Each write is also encoded as a journal op (dedupstore/journal.py:
     ``op u8 | db u8 | key length u16 | value length u32 | key | value``);
     :meth:`record` frames the ops of one call as a journal record for the
-    write-behind log, and until :meth:`keep` the call's writes can be undone
-    with :meth:`rollback`.
+    write-behind log (:meth:`log` also writes it there), and until :meth:`keep`
+    the call's writes can be undone with :meth:`rollback`.
     :meth:`changes` is what an apply writes: the newest value (or a delete) of
-    every key touched since :meth:`reset`."""
+    every key touched since :meth:`reset`.
+
+    The snapshot's answers for the meta database (generation state, frontier:
+    read by nearly every call) are kept until :meth:`reset`: a snapshot never
+    changes, so they stay true."""
 
     cdef public object snapshot
     cdef object _records, _pending, _meta
     cdef dict _recs, _pend, _metas  # key -> newest value, None once deleted
+    cdef dict _seen  # meta key -> the snapshot's value (None: absent)
     cdef bytearray _ops
     cdef list _undo
 
@@ -981,9 +988,15 @@ cdef class Overlay:
         raise ValueError("the write-behind overlay covers the records, pending and meta databases only")
 
     def get(self, bytes key, default=None, db=None):
-        cdef object v = self._map(self._code(db)).get(key, _ABSENT)
+        cdef int code = self._code(db)
+        cdef object v = self._map(code).get(key, _ABSENT)
         if v is _ABSENT:
-            return self.snapshot.get(key, default, db)
+            if code != 3:
+                return self.snapshot.get(key, default, db)
+            v = self._seen.get(key, _ABSENT)
+            if v is _ABSENT:
+                v = self.snapshot.get(key, None, db)
+                self._seen[key] = v
         return default if v is None else v
 
     cdef _write(self, int code, bytes key, object value):
@@ -1026,6 +1039,38 @@ cdef class Overlay:
         (``magic "DSJ2" | payload length u32 | seq u64 | part u16 | payload |
         CRC-32 u32``, the CRC over everything after the magic); None if no
         op was written."""
+        return self._frame(part, seq)
+
+    def log(self, int fd, uint16_t part, uint64_t seq):
+        """Frame the ops written since the last record as :meth:`record`
+        does, write the record to ``fd`` (with the GIL held: a small append
+        to the page cache costs less than handing the GIL over) and
+        :meth:`keep` them. Returns the bytes written, 0 if no op was written.
+        Raises OSError (a short write as EIO) with the ops dropped but the
+        call's writes still undoable: the caller rolls them back."""
+        cdef object rec = self._frame(part, seq)
+        cdef const char *p
+        cdef Py_ssize_t n, done = 0
+        cdef Py_ssize_t w
+        cdef int err
+        if rec is None:
+            return 0
+        p = PyBytes_AS_STRING(rec)
+        n = PyBytes_GET_SIZE(rec)
+        while done < n:
+            w = c_write(fd, p + done, <size_t>(n - done))
+            if w < 0:
+                err = errno
+                if err == EINTR:
+                    continue
+                raise OSError(err, os.strerror(err))
+            if w == 0:
+                raise OSError(5, f"short write: {done} of {n} bytes")  # EIO
+            done += w
+        del self._undo[:]
+        return n
+
+    cdef object _frame(self, uint16_t part, uint64_t seq):
         cdef Py_ssize_t n = len(self._ops)
         cdef bytes out
         cdef uint8_t *p
@@ -1085,5 +1130,6 @@ cdef class Overlay:
         self._recs = {}
         self._pend = {}
         self._metas = {}
+        self._seen = {}
         del self._undo[:]
         del self._ops[:]

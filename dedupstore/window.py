@@ -289,11 +289,15 @@ class Window:
             except BaseException:
                 ov.rollback()
                 raise
-            rec = ov.record(self._index, self._records)
-            if rec is not None:
-                if not self._log(rec):
-                    return CLOSED
-                ov.keep()
+            try:
+                n = ov.log(self._fd, self._index, self._records)
+            except OSError as exc:
+                self._log_failed(exc)
+                return CLOSED
+            if n:
+                self._size += n
+                self._records += 1
+                self.logged_bytes += n
                 if len(ov) >= MAX_PENDING:
                     self._apply()
             return result
@@ -394,27 +398,17 @@ class Window:
         self.opened += 1
         return True
 
-    def _log(self, rec: bytes) -> bool:
-        try:
-            n = os.write(self._fd, rec)
-            if n != len(rec):
-                raise OSError(f"short write: {n} of {len(rec)} bytes")
-        except OSError as exc:
-            # This call is not acknowledged: undo it, cut any torn tail, and
-            # give the window up (what was logged before is applied); the
-            # caller takes the ordinary path.
-            assert self.overlay is not None
-            self.overlay.rollback()
-            log.warning("dedupstore: write-behind log %s: %s; closing the window", self._dir / self._name, exc)
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, self._size)
-            self._apply(closing=True)
-            self._retry_at = time.monotonic() + 100 * REOPEN_S
-            return False
-        self._size += n
-        self._records += 1
-        self.logged_bytes += n
-        return True
+    def _log_failed(self, exc: OSError) -> None:
+        # This call is not acknowledged: undo it, cut any torn tail, and give
+        # the window up (what was logged before is applied); the caller takes
+        # the ordinary path.
+        assert self.overlay is not None
+        self.overlay.rollback()
+        log.warning("dedupstore: write-behind log %s: %s; closing the window", self._dir / self._name, exc)
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, self._size)
+        self._apply(closing=True)
+        self._retry_at = time.monotonic() + 100 * REOPEN_S
 
     def _apply(self, closing: bool = False) -> None:
         ov = self.overlay

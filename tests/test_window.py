@@ -122,9 +122,33 @@ def test_overlay_reads_its_own_writes_over_the_snapshot_and_logs_them_as_journal
     assert ov.get(b"new", None, recs) == b"3" and ov.get(b"other", None, meta) is None
     assert ov.record(7, 43) is None
     assert ov.changes() == [(1, b"new", b"3"), (2, b"gone", None)] and len(ov) == 2
+    # The snapshot's meta answers are kept until reset(); the overlay's own writes win.
+    assert ov.get(b"m", None, meta) is None
+    with env.begin(write=True) as txn:
+        txn.put(b"m", b"later", db=meta)
+    assert ov.get(b"m", None, meta) is None  # still the snapshot's answer
+    ov.put(b"m", b"mine", db=meta)
+    assert ov.get(b"m", None, meta) == b"mine"
+    ov.rollback()
+    ov.reset(env.begin())
+    assert ov.get(b"m", None, meta) == b"later"
+    r, w = os.pipe()
+    ov.put(b"logged", b"6", db=recs)
+    n = ov.log(w, 7, 43)
+    assert os.read(r, 1 << 16) == encode(7, 43, [(1, 1, b"logged", b"6")]) and n > 0
+    ov.rollback()  # log() kept it: nothing left to undo
+    assert ov.get(b"logged", None, recs) == b"6" and ov.log(w, 7, 44) == 0
+    os.close(r)
+    ov.put(b"lost", b"7", db=recs)
+    with pytest.raises(BrokenPipeError):
+        ov.log(w, 7, 44)  # the reader is gone: EPIPE, and the call can still be undone
+    ov.rollback()
+    assert ov.get(b"lost", None, recs) is None
+    os.close(w)
     with pytest.raises(ValueError, match="records, pending and meta"):
         ov.get(b"k", None, None)
     snap.abort()
+    ov.snapshot.abort()
     env.close()
 
 
@@ -188,25 +212,18 @@ def test_segments_rotate_and_the_old_ones_go(tmp_path: Path, monkeypatch: pytest
         assert all(s.claim("n", f"k{i}").status is Status.IN_PROGRESS for i in range(400))
 
 
-def test_a_failed_log_write_is_not_acknowledged_and_the_call_goes_the_ordinary_way(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_failed_log_write_is_not_acknowledged_and_the_call_goes_the_ordinary_way(tmp_path: Path) -> None:
     with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
         s.ensure_namespace("n")
         assert s.claim("n", "before").status is Status.NEW
         win = s._parts[0].window
         assert win is not None and win.active
-        real = os.write
-
-        def full(fd: int, data: bytes) -> int:
-            if fd == win._fd:
-                raise OSError(28, "No space left on device")
-            return real(fd, data)
-
-        monkeypatch.setattr(os, "write", full)
+        # The segment's descriptor now writes to /dev/full: every write fails with ENOSPC.
+        full = os.open("/dev/full", os.O_WRONLY)
+        os.dup2(full, win._fd)
+        os.close(full)
         r = s.claim("n", "during")
         assert r.status is Status.NEW and not win.active  # committed directly instead
-        monkeypatch.setattr(os, "write", real)
         assert s.claim("n", "during").status is Status.IN_PROGRESS
         assert s.claim("n", "before").status is Status.IN_PROGRESS
     with DedupStore.open(tmp_path / "s", durability="flush") as s:
