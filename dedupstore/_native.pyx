@@ -947,7 +947,7 @@ cdef class Overlay:
     would (the same positional signatures, which the Space methods call):
     reads see the newest value written here, else the read ``snapshot``
     (taken right after the last apply, so together they are the partition's
-    state). Each write is also encoded as a journal op (dedupstore/journal.py:
+    state), or another overlay being applied meanwhile. Each write is also encoded as a journal op (dedupstore/journal.py:
     ``op u8 | db u8 | key length u16 | value length u32 | key | value``);
     :meth:`record` frames the ops of one call as a journal record for the
     write-behind log (:meth:`log` also writes it there), and until :meth:`keep`
@@ -956,13 +956,14 @@ cdef class Overlay:
     every key touched since :meth:`reset`.
 
     The snapshot's answers for the meta database (generation state, frontier:
-    read by nearly every call) are kept until :meth:`reset`: a snapshot never
+    read by nearly every call) are kept until :meth:`reset` or :meth:`rebase`: a snapshot never
     changes, so they stay true."""
 
     cdef public object snapshot
     cdef object _records, _pending, _meta
     cdef dict _recs, _pend, _metas  # key -> newest value, None once deleted
     cdef dict _seen  # meta key -> the snapshot's value (None: absent)
+    cdef set _frecs, _fpend, _fmetas  # keys put here that the snapshot lacks
     cdef bytearray _ops
     cdef list _undo
 
@@ -987,25 +988,45 @@ cdef class Overlay:
             return 3
         raise ValueError("the write-behind overlay covers the records, pending and meta databases only")
 
+    cdef set _fresh_of(self, int code):
+        return self._frecs if code == 1 else self._fpend if code == 2 else self._fmetas
+
+    cdef object _base(self, int code, bytes key, object db):
+        # What the snapshot (or the overlay read through) holds; None: absent.
+        cdef object v
+        if code != 3:
+            return self.snapshot.get(key, None, db)
+        v = self._seen.get(key, _ABSENT)
+        if v is _ABSENT:
+            v = self.snapshot.get(key, None, db)
+            self._seen[key] = v
+        return v
+
     def get(self, bytes key, default=None, db=None):
         cdef int code = self._code(db)
         cdef object v = self._map(code).get(key, _ABSENT)
         if v is _ABSENT:
-            if code != 3:
-                return self.snapshot.get(key, default, db)
-            v = self._seen.get(key, _ABSENT)
-            if v is _ABSENT:
-                v = self.snapshot.get(key, None, db)
-                self._seen[key] = v
+            v = self._base(code, key, db)
         return default if v is None else v
 
-    cdef _write(self, int code, bytes key, object value):
+    cdef _write(self, int code, bytes key, object value, bint fresh):
+        # ``fresh``: a put of a key the snapshot does not hold. Such a key
+        # deleted again leaves no change to apply (a claim completed within
+        # one apply interval never touches LMDB's pending database).
         cdef dict m = self._map(code)
+        cdef set f = self._fresh_of(code)
+        cdef bint was = key in f
         cdef uint8_t head[8]
         cdef Py_ssize_t klen = PyBytes_GET_SIZE(key)
         cdef Py_ssize_t vlen = 0 if value is None else PyBytes_GET_SIZE(value)
-        self._undo.append((m, key, m.get(key, _ABSENT)))
-        m[key] = value
+        self._undo.append((m, key, m.get(key, _ABSENT), f, was))
+        if value is None and was:
+            del m[key]
+            f.discard(key)
+        else:
+            m[key] = value
+            if fresh:
+                f.add(key)
         head[0] = 2 if value is None else 1  # journal PUT / DELETE
         head[1] = <uint8_t>code
         head[2] = <uint8_t>(klen & 0xFF)
@@ -1021,16 +1042,24 @@ cdef class Overlay:
 
     def put(self, bytes key, bytes value, bint dupdata=False, bint overwrite=True, bint append=False, db=None):
         cdef int code = self._code(db)
-        if not overwrite and self.get(key, None, db) is not None:
-            return False
-        self._write(code, key, value)
+        cdef object v
+        cdef bint fresh = False
+        if not overwrite:
+            v = self._map(code).get(key, _ABSENT)
+            if v is _ABSENT:
+                if self._base(code, key, db) is not None:
+                    return False
+                fresh = True
+            elif v is not None:
+                return False
+        self._write(code, key, value, fresh)
         return True
 
     def delete(self, bytes key, bytes value=b"", db=None):
         cdef int code = self._code(db)
         if self.get(key, None, db) is None:
             return False
-        self._write(code, key, None)
+        self._write(code, key, None, False)
         return True
 
     def record(self, uint16_t part, uint64_t seq):
@@ -1106,15 +1135,20 @@ cdef class Overlay:
         cdef tuple u
         for u in reversed(self._undo):
             if u[2] is _ABSENT:
-                del (<dict>u[0])[u[1]]
+                (<dict>u[0]).pop(u[1], None)
             else:
                 (<dict>u[0])[u[1]] = u[2]
+            if u[4]:
+                (<set>u[3]).add(u[1])
+            else:
+                (<set>u[3]).discard(u[1])
         del self._undo[:]
         del self._ops[:]
 
     def changes(self):
         """(database code, key, value or None for a delete) of every key
-        written since :meth:`reset`, sorted (LMDB inserts faster in order)."""
+        written since :meth:`reset`, sorted (LMDB inserts faster in order),
+        except a key put here that the snapshot lacked and deleted again."""
         cdef list out = []
         cdef int code
         for code in range(1, 4):
@@ -1124,12 +1158,42 @@ cdef class Overlay:
     def __len__(self):
         return len(self._recs) + len(self._pend) + len(self._metas)
 
+    def rebase(self, snapshot):
+        """Read from ``snapshot`` from now on, keeping every write: the
+        overlay read through another one whose writes ``snapshot`` now holds."""
+        self.snapshot = snapshot
+        self._seen = {}
+
+    def absorb(self, Overlay newer):
+        """Take ``newer``'s writes over ours (an overlay that read through
+        this one, whose apply failed); no call may be under way in either."""
+        cdef int code
+        cdef dict m
+        cdef set f, nf
+        if newer._undo or newer._ops or self._undo or self._ops:
+            raise ValueError("an overlay with a call under way cannot be folded")
+        for code in range(1, 4):
+            m = self._map(code)
+            f = self._fresh_of(code)
+            nf = newer._fresh_of(code)
+            for k, v in newer._map(code).items():
+                if v is None and k in f:
+                    del m[k]  # put here, deleted there: the snapshot never had it
+                    f.discard(k)
+                else:
+                    if k in nf and k not in m:
+                        f.add(k)
+                    m[k] = v
+
     def reset(self, snapshot):
         """Forget every write (they are applied) and read from ``snapshot``."""
         self.snapshot = snapshot
         self._recs = {}
         self._pend = {}
         self._metas = {}
+        self._frecs = set()
+        self._fpend = set()
+        self._fmetas = set()
         self._seen = {}
         del self._undo[:]
         del self._ops[:]

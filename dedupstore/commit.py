@@ -258,7 +258,7 @@ class GroupCommitter:
         window = self._window
         if window is None:
             return self._transaction(batch)
-        with window.lock:  # before LMDB's writer lock, as the window's own applies take them
+        with window.applying, window.lock:  # before LMDB's writer lock, as the window's own applies take them
             return self._transaction(batch)
 
     def _transaction(self, batch: list[_Waiter]) -> tuple[int, int] | None:

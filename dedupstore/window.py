@@ -228,14 +228,20 @@ class Window:
     """One partition's write-behind window in this process (flush mode).
 
     Every method that touches the overlay or the log runs under
-    :attr:`lock`; the partition's group committer takes it too, before
-    LMDB's writer lock, for every write transaction of this process."""
+    :attr:`lock`; every apply holds :attr:`applying`, and the partition's
+    group committer takes both (``applying``, then ``lock``, then LMDB's
+    writer lock) for every write transaction of this process. An apply
+    releases ``lock`` while it writes LMDB, so calls go on meanwhile."""
 
     def __init__(
         self, env: lmdb.Environment, dbs: dict[int, Any], root: Path, index: int,
         others: Callable[[], bool], checkpoint_now: Callable[[], Any],
     ) -> None:
         self.lock = threading.Lock()
+        #: Held through every apply, and by the committer around its
+        #: transactions: taken before :attr:`lock`, never after.
+        self.applying = threading.Lock()
+        self._broken = False  # a log write failed: close at the next chance
         self.active = False
         self.overlay: _native.Overlay | None = None
         self.failed: BaseException | None = None
@@ -280,7 +286,7 @@ class Window:
         with self.lock:
             if self.failed is not None:
                 raise self.failed
-            if not self.active and not self._open():
+            if self._broken or (not self.active and not self._open()):
                 return CLOSED
             ov = self.overlay
             assert ov is not None
@@ -298,8 +304,14 @@ class Window:
                 self._size += n
                 self._records += 1
                 self.logged_bytes += n
-                if len(ov) >= MAX_PENDING:
-                    self._apply()
+                # A full overlay is applied at once, unless an apply is
+                # running already (it holds ``applying``; waiting for it here
+                # would invert the lock order): then the next one takes it.
+                if len(ov) >= MAX_PENDING and self.applying.acquire(blocking=False):
+                    try:
+                        self._apply()
+                    finally:
+                        self.applying.release()
             return result
 
     def read(self, op: Callable[[Any], Any]) -> Any:
@@ -311,28 +323,28 @@ class Window:
             return op(self.overlay)
 
     def apply(self) -> None:
-        """Write the overlay to LMDB now (before a checkpoint or a scan)."""
+        """Write the overlay to LMDB now (before a checkpoint or a scan):
+        when this returns, LMDB holds every write this window took before."""
         if self.active:
-            with self.lock:
-                if self.active:
-                    self._apply()
+            with self.applying:
+                self._apply_behind()
 
     def tick(self) -> None:
         """The flusher's every-``apply_interval`` call: apply, or close the
         window if another process wants to write."""
         if not self.active:
             return
-        with self.lock:
-            if not self.active:
-                return
+        with self.applying:
             if self._others():
-                self._apply(closing=True)
-            elif len(self.overlay or ()):
-                self._apply()
+                with self.lock:
+                    if self.active:
+                        self._apply(closing=True)
+            else:
+                self._apply_behind()
 
     def close(self) -> None:
         """Apply and give the window up (the store is closing)."""
-        with self.lock:
+        with self.applying, self.lock:
             if self.active:
                 self._apply(closing=True)
 
@@ -407,10 +419,20 @@ class Window:
         log.warning("dedupstore: write-behind log %s: %s; closing the window", self._dir / self._name, exc)
         with contextlib.suppress(OSError):
             os.ftruncate(self._fd, self._size)
-        self._apply(closing=True)
+        # Closing needs ``applying``, taken before self.lock: without waiting
+        # here, or (an apply is running) by the caller's ordinary commit, whose
+        # transaction carries the overlay, and then the next tick.
         self._retry_at = time.monotonic() + 100 * REOPEN_S
+        self._broken = True
+        if self.applying.acquire(blocking=False):
+            try:
+                self._apply(closing=True)
+            finally:
+                self.applying.release()
 
     def _apply(self, closing: bool = False) -> None:
+        """Apply with both locks held: calls wait. For closing, rotating the
+        segment, and a full overlay."""
         ov = self.overlay
         assert ov is not None
         changes = ov.changes()
@@ -421,6 +443,61 @@ class Window:
         owner: Owner | None = None
         if not closing:
             owner = Owner(self._boot, 0, new[0]) if new else Owner(self._boot, self._size, self._name)
+        try:
+            self._commit(changes, owner)
+        except BaseException:
+            if new is not None:
+                self._drop_segment(*new)
+            raise
+        if closing or new is not None:
+            self._drop_segment(self._name, self._fd)
+            self._fd, self._name, self._size = (-1, "", 0) if new is None else (new[1], new[0], 0)
+        if closing:
+            ov.snapshot.abort()
+            self.overlay = None
+            self.active = False
+            self._broken = False
+        else:
+            self._renew()
+
+    def _apply_behind(self) -> None:
+        """Apply without holding calls up (``applying`` held, self.lock not).
+
+        Under the lock the overlay is frozen and a fresh one, reading through
+        it, takes the calls that come meanwhile; the frozen one's writes are
+        committed with the lock released (py-lmdb's putmulti runs without the
+        GIL, so on another core calls go on); under the lock again the fresh
+        overlay is rebased onto a snapshot that holds them. A failed commit
+        folds the fresh overlay back into the frozen one."""
+        with self.lock:
+            if not self.active:
+                return
+            frozen = self.overlay
+            assert frozen is not None
+            if self._broken or self._size >= SEGMENT_BYTES:
+                self._apply(closing=self._broken)  # rare: the blocking way
+                return
+            changes = frozen.changes()
+            if not changes:
+                return
+            owner = Owner(self._boot, self._size, self._name)
+            self.overlay = _native.Overlay(self._dbs[1], self._dbs[2], self._dbs[3], frozen)
+        try:
+            self._commit(changes, owner)
+        except BaseException:
+            with self.lock:
+                assert self.overlay is not None
+                frozen.absorb(self.overlay)
+                self.overlay = frozen
+            raise
+        with self.lock:
+            assert self.overlay is not None
+            self.overlay.rebase(self._env.begin())
+            frozen.snapshot.abort()
+
+    def _commit(self, changes: list[tuple[int, bytes, bytes | None]], owner: Owner | None) -> None:
+        """One transaction writing ``changes`` and ``W`` (deleted if
+        ``owner`` is None); a full map is checkpointed once and retried."""
         try:
             for attempt in (0, 1):
                 txn = self._env.begin(write=True)
@@ -443,32 +520,21 @@ class Window:
                 f"from them, but takes no more writes. Close it and reopen with a larger map_size: the open "
                 f"applies them"
             )
-            if new is not None:
-                self._drop_segment(*new)
             raise self.failed from None
-        except BaseException:
-            if new is not None:
-                self._drop_segment(*new)
-            raise
         self.applies += 1
         self.applied_keys += len(changes)
-        if closing or new is not None:
-            self._drop_segment(self._name, self._fd)
-            self._fd, self._name, self._size = (-1, "", 0) if new is None else (new[1], new[0], 0)
-        if closing:
-            ov.snapshot.abort()
-            self.overlay = None
-            self.active = False
-        else:
-            self._renew()
 
     def _write(self, txn: Any, changes: list[tuple[int, bytes, bytes | None]], owner: Owner | None) -> None:
+        # Each database's puts in one putmulti: one call, run without the GIL.
         dbs = self._dbs
+        puts: dict[int, list[tuple[bytes, bytes]]] = {}
         for code, key, value in changes:
             if value is None:
                 txn.delete(key, db=dbs[code])
             else:
-                txn.put(key, value, db=dbs[code])
+                puts.setdefault(code, []).append((key, value))
+        for code, items in puts.items():
+            txn.cursor(db=dbs[code]).putmulti(items)
         if owner is None:
             txn.delete(W_KEY, db=dbs[3])
         else:

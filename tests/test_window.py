@@ -122,6 +122,19 @@ def test_overlay_reads_its_own_writes_over_the_snapshot_and_logs_them_as_journal
     assert ov.get(b"new", None, recs) == b"3" and ov.get(b"other", None, meta) is None
     assert ov.record(7, 43) is None
     assert ov.changes() == [(1, b"new", b"3"), (2, b"gone", None)] and len(ov) == 2
+    # A key put where the snapshot lacked it and deleted again leaves nothing to apply,
+    # though both ops are logged; undone, the put is back.
+    assert ov.put(b"brief", b"8", False, False, False, pend) is True
+    assert [op[:3] for op in list(decode(ov.record(7, 43)))[0][2]] == [(1, 2, b"brief")]
+    ov.keep()
+    assert ov.delete(b"brief", b"", pend) is True and ov.get(b"brief", None, pend) is None
+    assert ov.changes() == [(1, b"new", b"3"), (2, b"gone", None)]
+    ov.rollback()
+    assert ov.get(b"brief", None, pend) == b"8"
+    assert ov.delete(b"brief", b"", pend) is True
+    assert [op[:3] for op in list(decode(ov.record(7, 44)))[0][2]] == [(2, 2, b"brief")]
+    ov.keep()
+    assert ov.changes() == [(1, b"new", b"3"), (2, b"gone", None)] and len(ov) == 2
     # The snapshot's meta answers are kept until reset(); the overlay's own writes win.
     assert ov.get(b"m", None, meta) is None
     with env.begin(write=True) as txn:
@@ -174,6 +187,76 @@ def test_claims_go_through_the_window_and_are_applied_in_few_transactions(tmp_pa
     with DedupStore.open(tmp_path / "s", durability="flush") as s:
         assert s.claim("n", "k299").status is Status.DUPLICATE
     assert verify_store(tmp_path / "s").ok
+
+
+def test_calls_go_on_while_an_apply_writes_lmdb_and_see_what_it_applies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
+        s.ensure_namespace("n")
+        first = s.claim("n", "early")
+        win = s._parts[0].window
+        assert win is not None
+        inside, go_on = threading.Event(), threading.Event()
+        real = window.Window._commit
+
+        def slow(self: window.Window, changes: Any, owner: Any) -> None:
+            inside.set()
+            assert go_on.wait(10)
+            real(self, changes, owner)
+
+        monkeypatch.setattr(window.Window, "_commit", slow)
+        applier = threading.Thread(target=win.apply)
+        applier.start()
+        assert inside.wait(10)
+        # The apply is writing "early": calls neither wait nor miss it.
+        assert s.claim("n", "early").status is Status.IN_PROGRESS
+        late = s.claim("n", "late")
+        assert late.status is Status.NEW
+        s.complete("n", "early", first.token, b"done")
+        assert s.claim("n", "early").status is Status.DUPLICATE
+        go_on.set()
+        applier.join()
+        monkeypatch.setattr(window.Window, "_commit", real)
+        # In LMDB now: "early" as the apply froze it; the later writes are still in the overlay.
+        ns = s._namespace("n")
+        with s._parts[0].env.begin() as txn:
+            assert ns.spaces[0].lookup(txn, b"early", s._now_us())[0] == _native.UNRESOLVED_GEN
+            assert ns.spaces[0].lookup(txn, b"late", s._now_us()) is None
+        assert s.claim("n", "early").status is Status.DUPLICATE and s.claim("n", "late").status is Status.IN_PROGRESS
+    with DedupStore.open(tmp_path / "s", durability="flush") as s:
+        rec = s.lookup("n", "early")
+        assert rec is not None and rec.outcome == b"done" and s.lookup("n", "late") is not None
+
+
+def test_a_failed_apply_keeps_every_write_for_the_next(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
+        s.ensure_namespace("n")
+        a = s.claim("n", "a")
+        s.claim("n", "gone")
+        win = s._parts[0].window
+        assert win is not None
+        real = window.Window._commit
+
+        def fails(self: window.Window, changes: Any, owner: Any) -> None:
+            # Calls made while the apply runs, then the apply fails.
+            assert s.claim("n", "b").status is Status.NEW
+            s.complete("n", "a", a.token, b"done")
+            raise OSError("disk went away")
+
+        monkeypatch.setattr(window.Window, "_commit", fails)
+        with pytest.raises(OSError, match="disk went away"):
+            win.apply()
+        monkeypatch.setattr(window.Window, "_commit", real)
+        assert s.claim("n", "a").status is Status.DUPLICATE
+        assert s.claim("n", "b").status is Status.IN_PROGRESS and s.claim("n", "gone").status is Status.IN_PROGRESS
+        win.apply()
+        assert len(win.overlay or ()) == 0
+    with DedupStore.open(tmp_path / "s", durability="flush") as s:
+        assert s.claim("n", "a").status is Status.DUPLICATE
+        assert s.claim("n", "b").status is Status.IN_PROGRESS and s.claim("n", "gone").status is Status.IN_PROGRESS
 
 
 def test_sync_mode_and_apply_interval_zero_have_no_window(tmp_path: Path) -> None:
