@@ -947,7 +947,8 @@ cdef class Overlay:
     would (the same positional signatures, which the Space methods call):
     reads see the newest value written here, else the read ``snapshot``
     (taken right after the last apply, so together they are the partition's
-    state), or another overlay being applied meanwhile. Each write is also encoded as a journal op (dedupstore/journal.py:
+    state; or another overlay, being applied meanwhile). Each write is also
+    encoded as a journal op (dedupstore/journal.py:
     ``op u8 | db u8 | key length u16 | value length u32 | key | value``);
     :meth:`record` frames the ops of one call as a journal record for the
     write-behind log (:meth:`log` also writes it there), and until :meth:`keep`
@@ -956,8 +957,8 @@ cdef class Overlay:
     every key touched since :meth:`reset`.
 
     The snapshot's answers for the meta database (generation state, frontier:
-    read by nearly every call) are kept until :meth:`reset` or :meth:`rebase`: a snapshot never
-    changes, so they stay true."""
+    read by nearly every call) are kept until :meth:`reset` or
+    :meth:`rebase`: a snapshot never changes, so they stay true."""
 
     cdef public object snapshot
     cdef object _records, _pending, _meta
