@@ -276,12 +276,14 @@ class _Partition:
     def _settle(self, txn: Any, mine: str | None) -> Callable[[], None] | None:
         return settle(txn, self.dbs, self._wdir, mine)
 
-    def checkpoint(self) -> None:
+    def checkpoint(self, if_changed: bool = False) -> None:
         """Apply the write-behind window, then checkpoint: everything
-        returned so far survives an OS crash."""
+        returned so far survives an OS crash. ``if_changed``: skip the
+        checkpoint when nothing was committed since the last one."""
         if self.window is not None:
             self.window.apply()
-        self.checkpointer.checkpoint()
+        if not if_changed or self.env.info()["last_txnid"] != self.checkpointer.durable_txnid:
+            self.checkpointer.checkpoint()
 
     def reader(self) -> Any:
         """A read transaction that sees every write returned so far, by this
@@ -644,10 +646,7 @@ class DedupStore:
                     continue
                 next_checkpoint = now + interval
                 for p in self._parts:
-                    if p.window is not None:
-                        p.window.apply()
-                    if p.env.info()["last_txnid"] != p.checkpointer.durable_txnid:
-                        p.checkpointer.checkpoint()
+                    p.checkpoint(if_changed=True)
             except Exception:
                 if self._dead is not None:
                     return

@@ -357,7 +357,7 @@ class Window:
         self.active = False
 
     # The group committer's side: a write transaction of this process
-    # carries the unapplied writes first (the caller holds self.lock).
+    # carries the unapplied writes first (the caller holds applying and lock).
 
     def prelude(self, txn: Any) -> None:
         if not self.active:
@@ -376,7 +376,7 @@ class Window:
             self.applied_keys += len(self.overlay)
         self._renew()
 
-    # Internals (self.lock held).
+    # Internals (self.lock held, unless a docstring says otherwise).
 
     def _open(self) -> bool:
         now = time.monotonic()
