@@ -448,6 +448,7 @@ cdef class Space:
     cdef public dict blooms        # generation -> BloomFilter of its keys (sealed generations only)
     cdef public bytes gens_key
     cdef Hasher hasher
+    cdef bytes _hit                # the key of _find's last generation hit
     # How often a filter let a probe be skipped, and how often it said "maybe".
     cdef public unsigned long long bloom_skips
     cdef public unsigned long long bloom_maybes
@@ -482,9 +483,17 @@ cdef class Space:
         kb holds the record's key; a pending hit sets ``found`` to
         UNRESOLVED_GEN. A sealed generation whose
         filter rules the key out is skipped; a "maybe" is always confirmed in
-        LMDB."""
+        LMDB. After a generation hit ``_hit`` is the key it was found under.
+
+        Each probe asks with a fresh key object: a key object's hash is
+        cached once computed, and the write-behind overlay looks keys up in
+        dicts, so a key rewritten in place after one probe would miss there
+        in the next (a record in an older generation, not yet applied, would
+        look absent)."""
         cdef uint32_t g = top
         cdef object raw, bf
+        cdef bytes probe = kb
+        cdef bint used = False
         cdef uint64_t h = 0
         cdef bint hashed = False
         cdef dict blooms = self.blooms
@@ -501,10 +510,14 @@ cdef class Space:
                     self.bloom_skips += 1
                     bf = False
             if bf is not False:
-                _set_gen(kb, g)
-                raw = get(kb, None, self.records)
+                if used:
+                    probe = PyBytes_FromStringAndSize(PyBytes_AS_STRING(kb), PyBytes_GET_SIZE(kb))
+                used = True
+                _set_gen(probe, g)
+                raw = get(probe, None, self.records)
                 if raw is not None:
                     found[0] = g
+                    self._hit = probe
                     return raw
             if g <= self.oldest:
                 break
@@ -770,7 +783,7 @@ cdef class Space:
         if found == UNRESOLVED_GEN:
             txn.put(ukey, stored, False, True, False, self.pending)
         else:
-            txn.put(kb, stored, False, True, False, self.records)
+            txn.put(self._hit, stored, False, True, False, self.records)
         return (out.status, out.token, out.retry_after, stored, bool(out.other_event), True, found)
 
     def complete(self, txn, bytes key, uint64_t token, bytes outcome, int64_t now):
@@ -808,6 +821,7 @@ cdef class Space:
             raise StoreFormatError("an unresolved record was found in a generation (store format violated)")
         stored = _encode(&nxt)
         txn.delete(ukey, b"", self.pending)
+        kb = _new_key(self.prefix, key)  # never hashed: see _find
         _set_gen(kb, top)
         txn.put(kb, stored, False, True, False, self.records)
         if top > gs.newest:
