@@ -35,7 +35,7 @@ import lmdb
 
 from .errors import DedupError, StoreFullError, WriterBusyError
 from .journal import Journal, JournalTxn
-from .window import WAIT_LIMIT_S, WAIT_POLL_S, Window, WindowBusy
+from .window import WAIT_LIMIT_S, WAIT_POLL_S, Window, WindowBusy, settle_alone
 
 Op = Callable[[Any], Any]  # receives the write transaction, returns the caller's result
 
@@ -259,25 +259,35 @@ class GroupCommitter:
         if window is None:
             return self._transaction(batch)
         with window.applying, window.lock:  # before LMDB's writer lock, as the window's own applies take them
+            window.before()
             return self._transaction(batch)
 
     def _transaction(self, batch: list[_Waiter]) -> tuple[int, int] | None:
         journal = self._journal
         window = self._window
         cleanup = None
+        catch_up = False
         txn = self._env.begin(write=True)
         try:
-            txnid = txn.id()
             if self._settle is not None:
                 cleanup = self._settle(txn, None if window is None else window.name)
+                txn, cleanup = settle_alone(self._env, txn, cleanup)
+            txnid = txn.id()
             if window is not None:
                 window.prelude(txn)
             if journal is not None and self._others is not None:
                 # Asked under the writer lock: no other process can commit
                 # between this answer and our commit.
                 shared = self._others()
-                if shared or self._was_shared:
+                # While our sync-mode window is open nobody else committed
+                # since its opening checkpoint (dedupstore/window.py).
+                fenced = window is not None and window.active
+                if shared or (self._was_shared and not fenced):
                     journal = None  # checkpointed below instead
+                # The first commit after the others left is checkpointed even
+                # when nobody waits for it (maintenance): later journal records
+                # are built on it.
+                catch_up = self._was_shared and not shared and not fenced
                 self._was_shared = shared
             jt = JournalTxn(txn, self._codes) if journal is not None else None
             target = txn if jt is None else jt
@@ -310,7 +320,7 @@ class GroupCommitter:
                 # A batch that wrote nothing still waits for what is
                 # journaled before it: its verdicts may rest on it.
                 return journal.append(self._part, txnid, jt.ops) if jt.ops else journal.mark()
-        if self._journal is not None and durable and self._checkpoint is not None:
+        if self._journal is not None and (durable or catch_up) and self._checkpoint is not None:
             self._checkpoint()  # beside another writer process: checkpointed instead
         return None
 

@@ -40,10 +40,21 @@ pending, 3 meta; a delete range removes every key from ``key`` to ``value``:
 a run of consecutive cursor deletes). A torn or corrupt record ends the
 segment's replay (nothing after it was acknowledged: a record is
 acknowledged only once the fdatasync that wrote it returned).
+
+Write-behind records (dedupstore/window.py): while a ``sync`` process is a
+partition's only writer, each call is decided against the partition's
+write-behind overlay and its writes are appended here as a record of their
+own, before any LMDB transaction holds them, with :data:`WINDOW_RECORD` set
+in the partition field and, in the txn id field, the id of the LMDB
+transaction that will apply them (the partition's next one: no other
+transaction can come between, dedupstore/window.py). A replay runs a
+transaction's write-behind records, in the order they were appended, before
+its own record: they were applied at its start.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import struct
@@ -71,6 +82,9 @@ PUT, DELETE = 1, 2
 #: consecutive cursor deletes removed (eviction walks a generation that way),
 #: in one entry instead of one per key.
 DELETE_RANGE = 3
+#: Set in a record's partition field: the record holds one write-behind call
+#: of that partition, to be applied by the transaction its txn id names.
+WINDOW_RECORD = 0x8000
 
 
 class JournalTxn:
@@ -230,10 +244,15 @@ class Journal:
         self.dir = root / JOURNAL_DIR
         self.dir.mkdir(exist_ok=True)
         self._boot = boot.hex()
-        self._owner = f"{self._boot}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        #: Names this process's segments (``<owner>.<n>``).
+        self.owner = f"{self._boot}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         #: Held by appends and by rotation.
         self.lock = threading.Lock()
         self._sync_lock = threading.Lock()
+        #: Waited on by callers whose record the running fdatasync may not
+        #: cover; notified when it returns (see sync).
+        self._synced = threading.Condition(self._sync_lock)
+        self._syncing = False
         self._segments: dict[int, _Segment] = {}
         self._seq = 0
         self._current = self._open(0)
@@ -250,8 +269,8 @@ class Journal:
     def _open(self, seq: int) -> _Segment:
         # Created under a hidden name, locked, then renamed: another process
         # looking for dead writers' segments never sees it unlocked.
-        path = self.dir / f"{self._owner}.{seq}"
-        hidden = self.dir / f".{self._owner}.{seq}"
+        path = self.dir / f"{self.owner}.{seq}"
+        hidden = self.dir / f".{self.owner}.{seq}"
         fd = os.open(hidden, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o644)
         fcntl.flock(fd, fcntl.LOCK_EX)
         os.rename(hidden, path)
@@ -277,35 +296,82 @@ class Journal:
         """The mark of everything appended so far (caller holds :attr:`lock`)."""
         return self._current.seq, self._current.written
 
+    def log_window(self, overlay: Any, part: int, txnid: int) -> tuple[int, tuple[int, int]]:
+        """Append the write-behind call ``overlay`` holds unrecorded, as a
+        :data:`WINDOW_RECORD` of ``part`` for txn ``txnid`` (the caller holds
+        the partition's window lock); returns the bytes appended and the mark
+        to :meth:`sync` (of everything appended so far, also when the call
+        wrote nothing: its verdict may rest on a record not synced yet). A failed write raises OSError
+        with the call still undoable and the segment cut back to its last
+        whole record."""
+        with self.lock:
+            seg = self._current
+            try:
+                n = overlay.log(seg.fd, part | WINDOW_RECORD, txnid)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(seg.fd, seg.written)  # O_APPEND: the next record goes there
+                raise
+            if n:
+                seg.written += n
+                if txnid > seg.top.get(part, 0):
+                    seg.top[part] = txnid
+                self.appends += 1
+            return n, (seg.seq, seg.written)
+
     def sync(self, mark: tuple[int, int]) -> bool:
         """Return once every record up to ``mark`` is on disk: the mark's
         segment and any earlier one not retired yet. At once if fdatasyncs
         since already covered them (callers share them: group sync). True if
-        this call ran an fdatasync."""
-        seq, end = mark
+        this call ran an fdatasync.
+
+        One fdatasync runs at a time, without the lock: a caller that comes
+        meanwhile waits for it and then, if it did not cover its record,
+        runs the next, for everything appended by then. (Taking turns on a
+        plain lock instead let a thread that had just synced barge in again
+        with one new record: 1.7 claims per fdatasync with 8 threads.)"""
         with self._sync_lock:
-            if self.failed is not None:
-                raise DurabilityError(
-                    f"{self.dir}: an earlier journal fdatasync failed ({self.failed}); writes since may not be "
-                    f"durable, so none is acknowledged. Close and reopen the store"
-                ) from self.failed
-            ran = False
-            for seg in list(self._segments.values()):
-                if seg.seq > seq:
-                    continue
-                target = seg.written if seg.seq < seq else end
-                if seg.synced >= target:
-                    continue
-                target = seg.written
+            while True:
+                if self.failed is not None:
+                    raise DurabilityError(
+                        f"{self.dir}: an earlier journal fdatasync failed ({self.failed}); writes since may not "
+                        f"be durable, so none is acknowledged. Close and reopen the store"
+                    ) from self.failed
+                due = self._due(mark)
+                if not due:
+                    return False
+                if not self._syncing:
+                    break
+                self._synced.wait()
+            self._syncing = True
+            targets = [(seg, seg.written) for seg in due]
+        try:
+            for seg, target in targets:
                 try:
                     os.fdatasync(seg.fd)
                 except OSError as exc:
-                    self.failed = exc
+                    with self._sync_lock:
+                        self.failed = exc
                     raise DurabilityError(f"{seg.path}: journal fdatasync failed: {exc}") from exc
-                seg.synced = max(seg.synced, target)
-                self.syncs += 1
-                ran = True
-            return ran
+                with self._sync_lock:
+                    seg.synced = max(seg.synced, target)
+                    self.syncs += 1
+        finally:
+            with self._sync_lock:
+                self._syncing = False
+                self._synced.notify_all()
+        return True
+
+    def _due(self, mark: tuple[int, int]) -> list[_Segment]:
+        # The segments an fdatasync must cover for ``mark`` (_sync_lock held).
+        seq, end = mark
+        due = []
+        for seg in list(self._segments.values()):
+            if seg.seq > seq:
+                continue
+            if seg.synced < (seg.written if seg.seq < seq else end):
+                due.append(seg)
+        return due
 
     def rotate(self) -> None:
         """Start a new segment if the current one holds records (caller holds
@@ -387,6 +453,7 @@ def collect_dead(jdir: Path, boot: str, durable: dict[int, int]) -> int:
             with open(fd, "rb", closefd=False) as f:  # the file we locked, whatever its name now names
                 raw = f.read()
             for part, txnid, _ in decode(raw):
+                part &= ~WINDOW_RECORD
                 top[part] = max(top.get(part, 0), txnid)
             if covered(top, durable):
                 path.unlink(missing_ok=True)
@@ -426,26 +493,41 @@ def recovery_lock(root: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def _segments(jdir: Path, owner: str | None = None) -> list[Path]:
+    """The journal's segments (of ``owner`` only, if given), each writer's in
+    the order it wrote them."""
+    found = []
+    for path in jdir.iterdir() if jdir.is_dir() else []:
+        stem, _, n = path.name.rpartition(".")
+        if path.name.startswith(".") or not n.isdigit() or (owner is not None and stem != owner):
+            continue
+        found.append((stem, int(n), path))
+    return [path for _, _, path in sorted(found)]
+
+
 def replay(env: lmdb.Environment, dbs: dict[int, Any], root: Path, part: int, after: int) -> int:
     """Apply, in txn order, every transaction of partition ``part`` after txn
     ``after`` in the store's journal (caller holds the partition's checkpoint
-    lock; no other process has it open in this boot). Returns how many were
-    applied."""
+    lock; no other process has it open in this boot): for each, its
+    write-behind records in the order they were appended, then its own.
+    Returns how many transactions were applied."""
     records: dict[int, list[tuple[int, int, bytes, bytes]]] = {}
-    jdir = root / JOURNAL_DIR
-    for path in sorted(jdir.iterdir()) if jdir.is_dir() else []:
-        if path.name.startswith("."):
-            continue
+    behind: dict[int, list[tuple[int, int, bytes, bytes]]] = {}
+    for path in _segments(root / JOURNAL_DIR):
         for rpart, txnid, ops in decode(path.read_bytes()):
-            if rpart != part or txnid <= after:
+            if rpart & ~WINDOW_RECORD != part or txnid <= after:
+                continue
+            if rpart & WINDOW_RECORD:
+                behind.setdefault(txnid, []).extend(ops)
                 continue
             if txnid in records and records[txnid] != ops:
                 raise StoreFormatError(f"{path}: two different journal records for txn {txnid} of partition {part}")
             records[txnid] = ops
-    if records:
+    txnids = sorted(records.keys() | behind.keys())
+    if txnids:
         with env.begin(write=True) as txn:
-            for txnid in sorted(records):
-                for op, code, key, value in records[txnid]:
+            for txnid in txnids:
+                for op, code, key, value in behind.get(txnid, []) + records.get(txnid, []):
                     db = dbs[code]
                     if op == PUT:
                         txn.put(key, value, db=db)
@@ -455,7 +537,21 @@ def replay(env: lmdb.Environment, dbs: dict[int, Any], root: Path, part: int, af
                         delete_range(txn, key, value, db)
                     else:
                         raise StoreFormatError(f"journal record for txn {txnid} of partition {part}: unknown op {op}")
-    return len(records)
+    return len(txnids)
+
+
+def window_ops(root: Path, owner: str, part: int, first: int) -> tuple[int, list[tuple[int, int, bytes, bytes]]]:
+    """The write-behind records of writer ``owner`` for partition ``part``
+    from txn ``first`` on (a dead writer's calls that no transaction has
+    applied yet), in the order they were appended: (how many, their ops)."""
+    n = 0
+    ops: list[tuple[int, int, bytes, bytes]] = []
+    for path in _segments(root / JOURNAL_DIR, owner):
+        for rpart, txnid, rops in decode(path.read_bytes()):
+            if rpart == part | WINDOW_RECORD and txnid >= first:
+                ops.extend(rops)
+                n += 1
+    return n, ops
 
 
 def delete_range(txn: Any, first: bytes, last: bytes, db: Any) -> int:

@@ -257,9 +257,13 @@ class _Partition:
         except BaseException:
             self.ckpt.close()
             raise
-        #: flush mode: this process's write-behind window (dedupstore/window.py).
+        #: This process's write-behind window (dedupstore/window.py); in sync
+        #: mode its calls are journaled.
         self.window = (
-            Window(self.env, self.dbs, root, index, self.ckpt.other_writers, self.checkpointer.checkpoint)
+            Window(
+                self.env, self.dbs, root, index, self.ckpt.other_writers, self.checkpointer.checkpoint,
+                journal=journal,
+            )
             if write_behind else None
         )
         # sync: each group commit is journaled and the journal fdatasynced
@@ -387,8 +391,8 @@ class DedupStore:
         ``flush_interval`` (seconds or a duration string) is how often a
         background thread checkpoints: in ``flush`` mode the most an OS crash
         can take, in ``sync`` mode how much journal a restart may replay
-        (docs/guarantees.md); ``apply_interval`` (flush mode; 0 turns
-        write-behind off) is how often this process's write-behind window is
+        (docs/guarantees.md); ``apply_interval`` (0 turns write-behind
+        off) is how often this process's write-behind window is
         applied to LMDB while it is a partition's only writer, so about how
         long another process's first write or read of that partition waits
         for the window to be given up (docs/guarantees.md).
@@ -471,7 +475,7 @@ class DedupStore:
             with recovery_lock(root):
                 if durability == "sync":
                     self._journal = Journal(root, boot)
-                wb = write_behind and durability == "flush"
+                wb = write_behind
                 for i in range(self._info.partitions):
                     self._parts.append(
                         _Partition(
@@ -615,21 +619,23 @@ class DedupStore:
         # keeps LMDB from reusing freed pages (so how far the file can grow).
         # Between checkpoints it starts writeback of what commits wrote, so
         # that no checkpoint meets a burst: in flush mode every TRICKLE_S, in
-        # sync mode when a journal fdatasync has just returned (the committer
-        # sets _trickle_due), so that the writeback overlaps the callers' next
-        # work rather than their next fdatasync, and costs them no CPU.
-        # In flush mode it also ticks every apply_interval: each partition's
-        # write-behind window is applied (or given up, when another process
-        # wants to write).
-        synced = self._journal is not None
+        # sync mode also when a journal fdatasync of a group commit has just
+        # returned (the committer sets _trickle_due), so that the writeback
+        # overlaps the callers' next work rather than their next fdatasync,
+        # and costs them no CPU. With write-behind it also ticks every
+        # apply_interval: each partition's window is applied (or given up,
+        # when another process wants to write).
         windows = [p.window for p in self._parts if p.window is not None]
+        synced = self._journal is not None
         tick = min(interval, TRICKLE_S, apply_s) if windows else min(interval, TRICKLE_S)
         next_checkpoint = time.monotonic() + interval
         next_trickle = time.monotonic() + TRICKLE_S
         while True:
             if synced:
-                if self._trickle_due.wait(max(0.0, next_checkpoint - time.monotonic())):
+                wait = max(0.0, next_checkpoint - time.monotonic())
+                if self._trickle_due.wait(min(wait, tick) if windows else wait):
                     self._trickle_due.clear()
+                    next_trickle = 0.0
             else:
                 self._stop.wait(tick)
             if self._stop.is_set():
@@ -639,7 +645,7 @@ class DedupStore:
                     w.tick()
                 now = time.monotonic()
                 if now < next_checkpoint:
-                    if synced or now >= next_trickle:
+                    if now >= next_trickle:
                         next_trickle = now + TRICKLE_S
                         for p in self._parts:
                             p.checkpointer.trickle()
@@ -891,9 +897,11 @@ class DedupStore:
         first: BaseException | None = None
         journal = self._journal if len(writes) > 1 else None
         marks = []
+        behind = False  # a sync-mode window took a write: the journal is synced below
         for part, op in writes:
             try:
-                if part.window is not None and part.window.run(op) is not CLOSED:
+                if part.window is not None and part.window.run(op, sync=journal is None) is not CLOSED:
+                    behind = behind or journal is not None
                     continue
                 if journal is None:
                     part.committer.run(op)
@@ -903,6 +911,10 @@ class DedupStore:
                         marks.append(mark)
             except BaseException as exc:
                 first = first or exc
+        if behind:
+            assert journal is not None
+            with journal.lock:
+                marks.append(journal.mark())
         if marks:
             assert journal is not None
             try:

@@ -39,6 +39,21 @@ only writer therefore opens a *window* on it:
 
 Segments: ``<store>/wlog/pNNN.<boot>.<pid>.<tag>.<seq>``; records as in
 dedupstore/journal.py, with the record's sequence number in the txn id field.
+
+In ``sync`` mode a window works the same way, but each call's record goes to
+the store's journal (dedupstore/journal.py) as a write-behind record, and the
+call returns once a journal fdatasync covers it; callers in other threads and
+other partitions share those fdatasyncs. The record's txn id field names the
+LMDB transaction that will apply it: the partition's next one, since while the
+window is open every write transaction of the partition is this process's and
+carries the overlay first. (Calls taken while an apply is committing are
+labelled with the transaction after it; if that apply fails they are applied
+with it, one transaction early, and then that transaction commits nothing
+else.) After an operating-system crash the journal's replay therefore runs
+them in the right place, and ``W`` (magic ``DSW2``) only marks the window
+open: its segment stays empty and is held for its lock alone, and its name
+(``pNNN.<journal owner>.<seq>``) says whose journal segments hold the calls
+that a takeover must replay.
 """
 
 from __future__ import annotations
@@ -60,13 +75,15 @@ import lmdb
 
 from . import _native, checkpoint
 from .errors import StoreFormatError, StoreFullError
-from .journal import DELETE, PUT, decode
+from .journal import DELETE, PUT, Journal, decode, window_ops
 
 log = logging.getLogger("dedupstore")
 
 W_KEY = b"W"
 WLOG_DIR = "wlog"
 W_MAGIC = b"DSW1"
+#: A sync-mode window's ``W``: its calls are journaled (see above).
+W_MAGIC_SYNC = b"DSW2"
 _W = struct.Struct("<4s16sQ")  # magic, boot id, applied offset; then the segment's name
 #: Keys an overlay may hold before the call that reaches it applies them.
 MAX_PENDING = 20_000
@@ -92,16 +109,46 @@ class Owner:
     boot: bytes
     offset: int
     name: str
+    #: A sync-mode window: its calls are in its process's journal segments.
+    journaled: bool = False
 
     def pack(self) -> bytes:
-        return _W.pack(W_MAGIC, self.boot, self.offset) + self.name.encode()
+        return _W.pack(W_MAGIC_SYNC if self.journaled else W_MAGIC, self.boot, self.offset) + self.name.encode()
 
     @classmethod
     def unpack(cls, raw: bytes) -> Owner:
-        if len(raw) <= _W.size or raw[:4] != W_MAGIC:
+        if len(raw) <= _W.size or raw[:4] not in (W_MAGIC, W_MAGIC_SYNC):
             raise StoreFormatError("a partition's write-behind entry (meta key 'W') is corrupt")
-        _, boot, offset = _W.unpack_from(raw)
-        return cls(boot, offset, raw[_W.size :].decode())
+        magic, boot, offset = _W.unpack_from(raw)
+        return cls(boot, offset, raw[_W.size :].decode(), magic == W_MAGIC_SYNC)
+
+
+class Takeover:
+    """What :func:`settle` returns after taking a dead owner's window over:
+    called once the transaction has committed. ``alone``: the transaction
+    must commit with nothing but the takeover in it (a sync-mode window's
+    calls may be labelled with the transaction after it: see above), and the
+    caller begins a fresh one for its own writes."""
+
+    def __init__(self, cleanup: Callable[[], None], alone: bool = False) -> None:
+        self._cleanup = cleanup
+        self.alone = alone
+
+    def __call__(self) -> None:
+        self._cleanup()
+
+
+def settle_alone(
+    env: lmdb.Environment, txn: Any, cleanup: Callable[[], None] | None
+) -> tuple[Any, Callable[[], None] | None]:
+    """After :func:`settle` in ``txn``: when the takeover must commit alone,
+    commit it, run its cleanup and return a fresh write transaction and no
+    cleanup (else both as they were)."""
+    if isinstance(cleanup, Takeover) and cleanup.alone:
+        txn.commit()
+        cleanup()
+        return env.begin(write=True), None
+    return txn, cleanup
 
 
 class WindowBusy(Exception):
@@ -135,9 +182,10 @@ def settle(txn: Any, dbs: dict[int, Any], wdir: Path, mine: str | None = None) -
     if owner.boot != checkpoint.boot_id():
         # The open after a restart rolled the partition back to a checkpoint
         # that an apply of this window preceded; the log's unsynced tail is
-        # not to be trusted, and flush mode does not promise it.
+        # not to be trusted, and flush mode does not promise it. (A sync-mode
+        # window's calls are in the journal, replayed by that open.)
         txn.delete(W_KEY, db=meta)
-        return lambda: _unlink(path)
+        return Takeover(lambda: _unlink(path))
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -154,7 +202,14 @@ def settle(txn: Any, dbs: dict[int, Any], wdir: Path, mine: str | None = None) -
         os.close(fd)
         raise
     try:
-        replayed = replay(txn, dbs, path, owner.offset)
+        if owner.journaled:
+            # Its calls that no transaction applied: labelled with this
+            # transaction or (taken during an apply that never committed)
+            # the one after.
+            replayed, ops = window_ops(wdir.parent, _journal_owner(owner.name), _partition_of(owner.name), txn.id())
+            _apply_ops(txn, dbs, ops, path)
+        else:
+            replayed = replay(txn, dbs, path, owner.offset)
     except BaseException:
         os.close(fd)
         raise
@@ -168,7 +223,26 @@ def settle(txn: Any, dbs: dict[int, Any], wdir: Path, mine: str | None = None) -
         _unlink(path)
         os.close(fd)
 
-    return cleanup
+    return Takeover(cleanup, alone=owner.journaled)
+
+
+def _partition_of(name: str) -> int:
+    return int(name[1:].split(".", 1)[0])
+
+
+def _journal_owner(name: str) -> str:
+    # pNNN.<journal owner>.<seq>
+    return name.split(".")[1]
+
+
+def _apply_ops(txn: Any, dbs: dict[int, Any], ops: list[tuple[int, int, bytes, bytes]], path: Path) -> None:
+    for op, code, key, value in ops:
+        if op == PUT:
+            txn.put(key, value, db=dbs[code])
+        elif op == DELETE:
+            txn.delete(key, db=dbs[code])
+        else:
+            raise StoreFormatError(f"{path}: a write-behind record holds unknown op {op}")
 
 
 def replay(txn: Any, dbs: dict[int, Any], path: Path, offset: int) -> int:
@@ -180,13 +254,7 @@ def replay(txn: Any, dbs: dict[int, Any], path: Path, offset: int) -> int:
         raw = f.read()
     n = 0
     for _, _, ops in decode(raw):
-        for op, code, key, value in ops:
-            if op == PUT:
-                txn.put(key, value, db=dbs[code])
-            elif op == DELETE:
-                txn.delete(key, db=dbs[code])
-            else:
-                raise StoreFormatError(f"{path}: a write-behind record holds unknown op {op}")
+        _apply_ops(txn, dbs, ops, path)
         n += 1
     return n
 
@@ -203,7 +271,7 @@ def collect_dead(root: Path, named: Callable[[int], str | None]) -> int:
         if name.startswith(".") or not name.startswith("p"):
             continue
         try:
-            part = int(name[1:].split(".", 1)[0])
+            part = _partition_of(name)
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except (ValueError, FileNotFoundError):
             continue
@@ -225,7 +293,8 @@ def _unlink(path: Path) -> None:
 
 
 class Window:
-    """One partition's write-behind window in this process (flush mode).
+    """One partition's write-behind window in this process (``journal``: a
+    sync-mode one, whose calls are journaled).
 
     Every method that touches the overlay or the log runs under
     :attr:`lock`; every apply holds :attr:`applying`, and the partition's
@@ -235,7 +304,7 @@ class Window:
 
     def __init__(
         self, env: lmdb.Environment, dbs: dict[int, Any], root: Path, index: int,
-        others: Callable[[], bool], checkpoint_now: Callable[[], Any],
+        others: Callable[[], bool], checkpoint_now: Callable[[], Any], journal: Journal | None = None,
     ) -> None:
         self.lock = threading.Lock()
         #: Held through every apply, and by the committer around its
@@ -252,7 +321,19 @@ class Window:
         self._others = others
         self._checkpoint = checkpoint_now  # moves the pin before a retry when the map is full
         self._boot = checkpoint.boot_id()
-        self._stem = f"p{index:03d}.{self._boot.hex()}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+        self._journal = journal
+        self._stem = (
+            f"p{index:03d}.{self._boot.hex()}.{os.getpid()}.{uuid.uuid4().hex[:8]}" if journal is None
+            else f"p{index:03d}.{journal.owner}"
+        )
+        #: The id of the partition's next write transaction: the one that
+        #: applies the overlay (sync mode labels each call's record with it,
+        #: or with the one after while an apply commits).
+        self._next = 0
+        self._label = 0
+        #: The overlay holds calls labelled past ``_next`` (an apply failed):
+        #: it must be applied in a transaction of its own.
+        self._ahead = False
         self._seq = 0
         self._fd = -1
         self._name = ""
@@ -279,10 +360,14 @@ class Window:
             "applied_keys": self.applied_keys, "logged_bytes": self.logged_bytes,
         }
 
-    def run(self, op: Callable[[Any], Any]) -> Any:
+    def run(self, op: Callable[[Any], Any], sync: bool = True) -> Any:
         """``op(overlay)`` under the window, its writes logged before it
         returns; :data:`CLOSED` when no window could be opened (another
-        process writes the partition): then nothing ran."""
+        process writes the partition): then nothing ran. Sync mode: the
+        journal is fdatasynced up to the call's record (and whatever its
+        verdict may rest on) before this returns; ``sync=False`` leaves that
+        to the caller (:meth:`Journal.sync` of :meth:`Journal.mark`)."""
+        mark = None
         with self.lock:
             if self.failed is not None:
                 raise self.failed
@@ -296,12 +381,16 @@ class Window:
                 ov.rollback()
                 raise
             try:
-                n = ov.log(self._fd, self._index, self._records)
+                if self._journal is None:
+                    n = ov.log(self._fd, self._index, self._records)
+                else:
+                    n, mark = self._journal.log_window(ov, self._index, self._label)
             except OSError as exc:
                 self._log_failed(exc)
                 return CLOSED
             if n:
-                self._size += n
+                if self._journal is None:
+                    self._size += n
                 self._records += 1
                 self.logged_bytes += n
                 # A full overlay is applied at once, unless an apply is
@@ -312,7 +401,9 @@ class Window:
                         self._apply()
                     finally:
                         self.applying.release()
-            return result
+        if mark is not None and sync:
+            self._journal.sync(mark)  # type: ignore[union-attr]
+        return result
 
     def read(self, op: Callable[[Any], Any]) -> Any:
         """``op(overlay)`` for a read that must see this process's unapplied
@@ -359,13 +450,19 @@ class Window:
     # The group committer's side: a write transaction of this process
     # carries the unapplied writes first (the caller holds applying and lock).
 
+    def before(self) -> None:
+        """Before the committer begins a transaction: an overlay holding
+        calls labelled past it is applied in one of its own first."""
+        if self.active and self._ahead:
+            self._apply()
+
     def prelude(self, txn: Any) -> None:
         if not self.active:
             return
         if self.failed is not None:
             raise self.failed
         assert self.overlay is not None
-        self._write(txn, self.overlay.changes(), Owner(self._boot, self._size, self._name))
+        self._write(txn, self.overlay.changes(), self._owner(self._size, self._name))
 
     def committed(self) -> None:
         if not self.active:
@@ -377,6 +474,15 @@ class Window:
         self._renew()
 
     # Internals (self.lock held, unless a docstring says otherwise).
+
+    def _owner(self, offset: int, name: str) -> Owner:
+        return Owner(self._boot, offset, name, self._journal is not None)
+
+    def _based(self, snapshot: Any) -> None:
+        # The overlay now reads through ``snapshot``: the next write
+        # transaction is the one after it.
+        self._next = self._label = snapshot.id() + 1
+        self._ahead = False
 
     def _open(self) -> bool:
         now = time.monotonic()
@@ -392,7 +498,8 @@ class Window:
             if self._others():  # asked again under LMDB's writer lock
                 raise _NotNow
             cleanup = settle(txn, self._dbs, self._dir)
-            txn.put(W_KEY, Owner(self._boot, 0, name).pack(), db=self._dbs[3])
+            txn, cleanup = settle_alone(self._env, txn, cleanup)
+            txn.put(W_KEY, self._owner(0, name).pack(), db=self._dbs[3])
             txn.commit()
         except (WindowBusy, _NotNow, lmdb.MapFullError):
             txn.abort()
@@ -405,9 +512,16 @@ class Window:
         if cleanup is not None:
             cleanup()
         self._fd, self._name, self._size = fd, name, 0
-        self.overlay = _native.Overlay(self._dbs[1], self._dbs[2], self._dbs[3], self._env.begin())
+        snapshot = self._env.begin()
+        self.overlay = _native.Overlay(self._dbs[1], self._dbs[2], self._dbs[3], snapshot)
+        self._based(snapshot)
         self.active = True
         self.opened += 1
+        if self._journal is not None:
+            # A commit of another process's that came before ours may have
+            # been neither journaled nor checkpointed (its maintenance, say);
+            # a replay of our calls must not run without it.
+            self._checkpoint()
         return True
 
     def _log_failed(self, exc: OSError) -> None:
@@ -442,7 +556,7 @@ class Window:
         new: tuple[str, int] | None = self._new_segment() if rotate else None
         owner: Owner | None = None
         if not closing:
-            owner = Owner(self._boot, 0, new[0]) if new else Owner(self._boot, self._size, self._name)
+            owner = self._owner(0, new[0]) if new else self._owner(self._size, self._name)
         try:
             self._commit(changes, owner)
         except BaseException:
@@ -480,8 +594,9 @@ class Window:
             changes = frozen.changes()
             if not changes:
                 return
-            owner = Owner(self._boot, self._size, self._name)
+            owner = self._owner(self._size, self._name)
             self.overlay = _native.Overlay(self._dbs[1], self._dbs[2], self._dbs[3], frozen)
+            self._label = self._next + 1  # this commit takes txn _next
         try:
             self._commit(changes, owner)
         except BaseException:
@@ -489,10 +604,14 @@ class Window:
                 assert self.overlay is not None
                 frozen.absorb(self.overlay)
                 self.overlay = frozen
+                self._label = self._next
+                self._ahead = self._journal is not None
             raise
         with self.lock:
             assert self.overlay is not None
-            self.overlay.rebase(self._env.begin())
+            snapshot = self._env.begin()
+            self.overlay.rebase(snapshot)
+            self._based(snapshot)
             frozen.snapshot.abort()
 
     def _commit(self, changes: list[tuple[int, bytes, bytes | None]], owner: Owner | None) -> None:
@@ -526,6 +645,12 @@ class Window:
 
     def _write(self, txn: Any, changes: list[tuple[int, bytes, bytes | None]], owner: Owner | None) -> None:
         # Each database's puts in one putmulti: one call, run without the GIL.
+        if self._journal is not None and txn.id() != self._next:
+            # The journal's replay would put the calls in the wrong place.
+            raise RuntimeError(
+                f"partition {self._index}: write-behind calls were journaled for txn {self._next}, but "
+                f"txn {txn.id()} applies them; another transaction came between"
+            )
         dbs = self._dbs
         puts: dict[int, list[tuple[bytes, bytes]]] = {}
         for code, key, value in changes:
@@ -544,7 +669,9 @@ class Window:
         ov = self.overlay
         assert ov is not None
         ov.snapshot.abort()
-        ov.reset(self._env.begin())
+        snapshot = self._env.begin()
+        ov.reset(snapshot)
+        self._based(snapshot)
 
     def _new_segment(self) -> tuple[str, int]:
         """A fresh segment, locked before it gets its name (so that no

@@ -1,8 +1,8 @@
-"""A flush-mode writer in its own process, for test_window.py.
+"""A write-behind writer in its own process, for test_window.py.
 
-    python _window_child.py STORE_DIR APPLY_INTERVAL
+    python _window_child.py STORE_DIR APPLY_INTERVAL [DURABILITY]
 
-Opens the store (flush mode, no eviction, checkpoints an hour apart) and
+Opens the store (flush mode unless DURABILITY says sync, no eviction, checkpoints an hour apart) and
 answers ``open``; then reads commands on stdin: ``claim PREFIX N`` claims
 keys PREFIX0..PREFIX{N-1} and completes the even ones (outcome ``f-`` + key),
 then answers ``ok`` and each partition's write-behind figures as JSON (read
@@ -20,7 +20,8 @@ from dedupstore import DedupStore, Status
 
 def main() -> None:
     path, apply_interval = sys.argv[1], float(sys.argv[2])
-    store = DedupStore.open(path, durability="flush", eviction_rate=0, flush_interval=3600,
+    durability = sys.argv[3] if len(sys.argv) > 3 else "flush"
+    store = DedupStore.open(path, durability=durability, eviction_rate=0, flush_interval=3600,
                             apply_interval=apply_interval)
     store.ensure_namespace("n", horizon="1h", lease="1h")
     print("open", flush=True)

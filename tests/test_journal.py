@@ -74,7 +74,10 @@ def test_consecutive_cursor_deletes_journal_one_range_that_replays_the_same(tmp_
 
 
 def test_one_journal_and_one_fdatasync_for_a_batch_over_every_partition(tmp_path: Path) -> None:
-    with DedupStore.open(tmp_path, durability="sync", partitions=4, eviction_rate=0, flush_interval=3600) as s:
+    # The group-commit path (apply_interval=0: no write-behind window).
+    with DedupStore.open(
+        tmp_path, durability="sync", partitions=4, eviction_rate=0, flush_interval=3600, apply_interval=0
+    ) as s:
         s.ensure_namespace("n")
         s.claim_many("n", [f"warm{i}" for i in range(100)])  # each partition's first commit is checkpointed
         before = s.stats()
@@ -93,7 +96,9 @@ def test_a_checkpoint_retires_covered_segments_and_dead_writers_ones(
     monkeypatch.setattr(checkpoint, "READER_CHECK_S", 0.0)  # collect dead writers' segments at every checkpoint
     boot = checkpoint.boot_id().hex()
     jdir = tmp_path / JOURNAL_DIR
-    with DedupStore.open(tmp_path, durability="sync", partitions=1, eviction_rate=0, flush_interval=3600) as s:
+    with DedupStore.open(
+        tmp_path, durability="sync", partitions=1, eviction_rate=0, flush_interval=3600, apply_interval=0
+    ) as s:
         s.ensure_namespace("n")
         s.claim("n", "a")  # a process's first commit is checkpointed (it cannot know who wrote before)
         s.claim("n", "b")
@@ -164,7 +169,9 @@ def test_a_sync_covers_earlier_segments_a_checkpoint_has_not_dropped(tmp_path: P
 
 
 def test_a_failed_fdatasync_fails_every_later_sync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    with DedupStore.open(tmp_path, durability="sync", partitions=1, eviction_rate=0, flush_interval=3600) as s:
+    with DedupStore.open(
+        tmp_path, durability="sync", partitions=1, eviction_rate=0, flush_interval=3600, apply_interval=0
+    ) as s:
         s.ensure_namespace("n")
         s.claim("n", "a")  # checkpointed (a process's first commit); the next ones are journaled
         real = os.fdatasync
