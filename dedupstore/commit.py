@@ -17,7 +17,7 @@ that, closed-loop callers split into two half-size groups taking turns, and
 each fsync carries half what it could. A lone caller never lingers.
 
 Every write transaction first asks whether another process holds the
-partition's flush-mode write-behind window (dedupstore/window.py) and, if
+partition's write-behind window (dedupstore/window.py) and, if
 it does, waits for it to be given up; in the process that holds one, the
 transaction carries the window's unapplied writes first.
 """
@@ -245,7 +245,7 @@ class GroupCommitter:
                 if now >= deadline:
                     raise WriterBusyError(
                         f"{self._describe}: another process (write-behind log {busy.owner.name}) has held this "
-                        f"partition's flush-mode write-behind window for {WAIT_LIMIT_S:g} s although this "
+                        f"partition's write-behind window for {WAIT_LIMIT_S:g} s although this "
                         f"process wants to write; a live process gives it up within its apply_interval of "
                         f"seeing another writer, so that one is stopped or hung. Nothing of this call was written"
                     ) from None

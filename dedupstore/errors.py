@@ -74,7 +74,7 @@ class DurabilityError(DedupError):
 
 
 class WriterBusyError(DedupError):
-    """Another process held a partition's flush-mode write-behind window for
+    """Another process held a partition's write-behind window for
     too long while this one waited to write (docs/guarantees.md); nothing of
     the call was written."""
 

@@ -88,7 +88,7 @@ MAX_FLUSH_INTERVAL_S = 3600.0
 #: Between checkpoints, writeback of the data files is started this often
 #: (flush mode; in sync mode after each journal fdatasync instead).
 TRICKLE_S = 0.02
-#: flush mode: how long a returned write may wait in this process's
+#: How long a returned write may wait in this process's
 #: write-behind window before it is applied to LMDB (dedupstore/window.py);
 #: about how long another process's first write or read waits for the window.
 DEFAULT_APPLY_INTERVAL = 0.005
@@ -237,7 +237,7 @@ class _Partition:
                             txn.put(FORMAT_KEY, partition_format(info, index), db=self.meta)
                         else:
                             check_partition_format(raw, info, index, path)
-                        # A flush-mode process that died with a window open: what
+                        # A process that died with a window open: what
                         # it acknowledged is applied before anyone reads. (A live
                         # one's window stays: it gives it up when we write.)
                         with contextlib.suppress(WindowBusy):

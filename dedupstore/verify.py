@@ -411,7 +411,7 @@ class _Verifier:
                 )
 
     def window_entry(self, where: str, raw: bytes) -> None:
-        # A flush-mode process's write-behind window: open while it lives, and
+        # A process's write-behind window: open while it lives, and
         # replayed by the next writer or open after it died (dedupstore/window.py).
         try:
             owner = Owner.unpack(raw)
@@ -421,7 +421,7 @@ class _Verifier:
         if owner.boot == checkpoint.boot_id() and not (self.root / WLOG_DIR / owner.name).is_file():
             self.problem(
                 where, "write-behind",
-                f"the write-behind entry names {WLOG_DIR}/{owner.name}, which is missing: the writes a flush-mode "
+                f"the write-behind entry names {WLOG_DIR}/{owner.name}, which is missing: the writes a "
                 f"process acknowledged and had not yet applied are gone, and opens refuse to write the partition",
             )
 

@@ -1,9 +1,9 @@
-"""Flush-mode write-behind: many calls per LMDB transaction, each one
-surviving a killed process once it returns.
+"""Write-behind: many calls per LMDB transaction, each one surviving a
+killed process once it returns (and, in sync mode, an OS crash).
 
-A flush-mode commit of one key costs far more than the key: the checkpoint
-pin keeps LMDB from reusing the pages freed since the last checkpoint, so
-every transaction copies its root-to-leaf paths into fresh pages
+A commit of one key (``MDB_NOSYNC``, in either mode) costs far more than
+the key: the checkpoint pin keeps LMDB from reusing the pages freed since the
+last checkpoint, so every transaction copies its root-to-leaf paths into fresh pages
 (27-44 us and 30-38 KB written per one-key transaction against 6 us and
 217 B with no reader; benches/bench_pin.py). A process that is a partition's
 only writer therefore opens a *window* on it:
@@ -190,7 +190,7 @@ def settle(txn: Any, dbs: dict[int, Any], wdir: Path, mine: str | None = None) -
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         raise StoreFormatError(
-            f"{path} is missing, but its partition's write-behind entry names it: writes a flush-mode "
+            f"{path} is missing, but its partition's write-behind entry names it: writes a "
             f"process acknowledged would be lost; refusing to write to the partition"
         ) from None
     try:
@@ -475,6 +475,10 @@ class Window:
 
     # Internals (self.lock held, unless a docstring says otherwise).
 
+    def _log_path(self) -> Path:
+        # Where this window's calls are logged: its segment, or (sync mode) the journal.
+        return self._dir / self._name if self._journal is None else self._journal.dir
+
     def _owner(self, offset: int, name: str) -> Owner:
         return Owner(self._boot, offset, name, self._journal is not None)
 
@@ -530,7 +534,7 @@ class Window:
         # the ordinary path.
         assert self.overlay is not None
         self.overlay.rollback()
-        log.warning("dedupstore: write-behind log %s: %s; closing the window", self._dir / self._name, exc)
+        log.warning("dedupstore: write-behind log %s: %s; closing the window", self._log_path(), exc)
         with contextlib.suppress(OSError):
             os.ftruncate(self._fd, self._size)
         # Closing needs ``applying``, taken before self.lock: without waiting
@@ -634,8 +638,8 @@ class Window:
                     raise
         except lmdb.MapFullError:
             self.failed = StoreFullError(
-                f"partition {self._index} reached its map size with {len(changes):,} acknowledged flush-mode "
-                f"writes not yet applied; they are safe in {self._dir / self._name} and this handle answers "
+                f"partition {self._index} reached its map size with {len(changes):,} acknowledged "
+                f"writes not yet applied; they are safe in {self._log_path()} and this handle answers "
                 f"from them, but takes no more writes. Close it and reopen with a larger map_size: the open "
                 f"applies them"
             )

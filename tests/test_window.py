@@ -1,4 +1,4 @@
-"""Flush-mode write-behind (dedupstore/window.py): a partition's only writer
+"""Write-behind (dedupstore/window.py), flush mode unless a test says sync: a partition's only writer
 decides against an overlay, logs each call before it returns and applies many
 calls per LMDB transaction. What it returned must survive its death, be seen
 by every other process, and never let a key be NEW twice."""

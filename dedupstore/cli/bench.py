@@ -53,7 +53,7 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     parser.add_argument(
         "--apply-interval", default="5ms", metavar="DURATION",
-        help="flush mode: how often the write-behind window is applied to LMDB (default 5ms; 0 turns write-behind off)",
+        help="how often the write-behind window is applied to LMDB (default 5ms; 0 turns write-behind off)",
     )
     parser.add_argument("--partitions", type=int, default=None, help="partitions of a new store (default 4)")
     parser.add_argument(
