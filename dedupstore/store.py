@@ -630,6 +630,7 @@ class DedupStore:
         tick = min(interval, TRICKLE_S, apply_s) if windows else min(interval, TRICKLE_S)
         next_checkpoint = time.monotonic() + interval
         next_trickle = time.monotonic() + TRICKLE_S
+        next_apply = time.monotonic() + apply_s
         while True:
             if synced:
                 wait = max(0.0, next_checkpoint - time.monotonic())
@@ -641,9 +642,15 @@ class DedupStore:
             if self._stop.is_set():
                 return
             try:
-                for w in windows:
-                    w.tick()
                 now = time.monotonic()
+                if windows and now >= next_apply:
+                    # On its own schedule: a wake-up for a trickle (sync mode,
+                    # after a group commit's fdatasync) is no reason to apply,
+                    # and applying at each made many more, smaller transactions.
+                    next_apply = now + apply_s
+                    for w in windows:
+                        w.tick()
+                    now = time.monotonic()
                 if now < next_checkpoint:
                     if now >= next_trickle:
                         next_trickle = now + TRICKLE_S
@@ -911,6 +918,9 @@ class DedupStore:
                         marks.append(mark)
             except BaseException as exc:
                 first = first or exc
+        # Only commits wrote the data files (a window's writes reach them at
+        # its applies, whose writeback the flusher starts every TRICKLE_S).
+        committed = bool(marks)
         if behind:
             assert journal is not None
             with journal.lock:
@@ -918,7 +928,7 @@ class DedupStore:
         if marks:
             assert journal is not None
             try:
-                if journal.sync(max(marks)):
+                if journal.sync(max(marks)) and committed:
                     self._trickle_due.set()  # as GroupCommitter does after its own fdatasync
             except BaseException as exc:
                 first = first or exc
