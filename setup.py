@@ -12,9 +12,11 @@ from setuptools import Extension, setup
 DEBUG = os.environ.get("DEDUPSTORE_DEBUG_BUILD", "") not in ("", "0")
 STRICT = os.environ.get("DEDUPSTORE_STRICT_BUILD", "") not in ("", "0")
 
-CSRC = ["csrc/ds_hash.c", "csrc/ds_canon.c", "csrc/ds_record.c", "csrc/ds_decide.c", "csrc/ds_bloom.c"]
+CSRC = [
+    "csrc/ds_hash.c", "csrc/ds_canon.c", "csrc/ds_record.c", "csrc/ds_decide.c", "csrc/ds_bloom.c", "csrc/ds_gsync.c",
+]
 
-compile_args = ["-std=c11", "-Wall", "-Wextra", "-Wno-unused-function", "-Wno-unused-parameter"]
+compile_args = ["-std=c11", "-pthread", "-Wall", "-Wextra", "-Wno-unused-function", "-Wno-unused-parameter"]
 if DEBUG:
     compile_args += ["-O0", "-g3", "-UNDEBUG"]
 else:
@@ -28,6 +30,7 @@ extensions = [
         sources=["dedupstore/_native.pyx", *CSRC],
         include_dirs=["csrc"],
         extra_compile_args=compile_args,
+        extra_link_args=["-pthread"],  # csrc/ds_gsync.c's thread
         undef_macros=["NDEBUG"] if DEBUG else [],
     )
 ]

@@ -246,9 +246,40 @@ def fsync_bench(ws: Workspace, samples: int) -> dict[str, float]:
     finally:
         os.close(fd)
         ws.drop(path)
+    out.update(record_sync_bench(ws, samples))
     # Do syncs of different files overlap? Partitions rely on it (section d).
     for nt in (1, 4, 8):
         out[f"fdatasync_per_s_{nt}t"] = parallel_fdatasync(ws, nt, max(20, samples // 4))
+    return out
+
+
+def record_sync_bench(ws: Workspace, samples: int) -> dict[str, float]:
+    """Median fdatasync of one journal-sized (150-byte) record written after
+    the last, in a file that grows with each (an append) and in one that
+    holds zeros there already (what dedupstore/journal.py keeps ahead of its
+    records): the append's fdatasync also commits the new size and blocks."""
+    path = ws.fresh("recsync")
+    rec = os.urandom(150)
+    out: dict[str, float] = {}
+    try:
+        for name, zeros in (("append_fdatasync_us", 0), ("zeroed_fdatasync_us", len(rec) * (samples + 1))):
+            fd = os.open(os.path.join(path, name), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                if zeros:
+                    os.pwrite(fd, bytes(zeros), 0)
+                os.fsync(fd)
+                ts = []
+                for i in range(samples):
+                    os.pwrite(fd, rec, i * len(rec))
+                    t0 = time.perf_counter()
+                    os.fdatasync(fd)
+                    ts.append(time.perf_counter() - t0)
+            finally:
+                os.close(fd)
+            ts.sort()
+            out[name] = med(ts) * 1e6
+    finally:
+        ws.drop(path)
     return out
 
 
@@ -793,6 +824,8 @@ def report(res: dict[str, Any]) -> str:
         f"py-lmdb {m['py_lmdb']} (LMDB {m['lmdb']}), dedupstore {m['dedupstore']}",
         f"disk    : {m['dir']} on {m['filesystem']}; 4 KiB rewrite+fsync {m['fsync_us']:.0f} us "
         f"(p90 {m['fsync_p90_us']:.0f}), +fdatasync {m['fdatasync_us']:.0f} us (p90 {m['fdatasync_p90_us']:.0f})",
+        f"records : 150-byte record+fdatasync, appended {m['append_fdatasync_us']:.0f} us, "
+        f"written over zeros {m['zeroed_fdatasync_us']:.0f} us",
         f"parallel: 4 KiB rewrite+fdatasync per second, one file per thread: "
         f"1 thread {m['fdatasync_per_s_1t']:,.0f}/s, 4 threads {m['fdatasync_per_s_4t']:,.0f}/s, "
         f"8 threads {m['fdatasync_per_s_8t']:,.0f}/s",

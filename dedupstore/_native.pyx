@@ -17,7 +17,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.errno cimport EINTR, errno
 from libc.string cimport memcpy, memset
-from posix.unistd cimport write as c_write
+from posix.unistd cimport pwrite as c_pwrite
 
 from .errors import InvalidIntentError, InvalidKeyError, StoreFormatError
 
@@ -1085,10 +1085,10 @@ cdef class Overlay:
         op was written."""
         return self._frame(part, seq)
 
-    def log(self, int fd, uint16_t part, uint64_t seq):
+    def log(self, int fd, uint16_t part, uint64_t seq, int64_t offset):
         """Frame the ops written since the last record as :meth:`record`
-        does, write the record to ``fd`` (with the GIL held: a small append
-        to the page cache costs less than handing the GIL over) and
+        does, write the record to ``fd`` at ``offset`` (with the GIL held: a
+        small write to the page cache costs less than handing the GIL over) and
         :meth:`keep` them. Returns the bytes written, 0 if no op was written.
         Raises OSError (a short write as EIO) with the ops dropped but the
         call's writes still undoable: the caller rolls them back."""
@@ -1102,7 +1102,7 @@ cdef class Overlay:
         p = PyBytes_AS_STRING(rec)
         n = PyBytes_GET_SIZE(rec)
         while done < n:
-            w = c_write(fd, p + done, <size_t>(n - done))
+            w = c_pwrite(fd, p + done, <size_t>(n - done), offset + done)
             if w < 0:
                 err = errno
                 if err == EINTR:
@@ -1212,3 +1212,5 @@ cdef class Overlay:
         self._seen = {}
         del self._undo[:]
         del self._ops[:]
+
+include "_gsync.pxi"

@@ -58,7 +58,7 @@ class _Waiter:
         #: The caller runs the journal fdatasync itself (run_deferred), and
         #: gets the mark to pass to it here.
         self.defer = defer
-        self.mark: tuple[int, int] | None = None
+        self.mark: int | None = None
         self.result: Any = None
         self.error: BaseException | None = None
         #: Held while the caller waits; the leader releases it when the
@@ -123,7 +123,7 @@ class GroupCommitter:
         fdatasync carries them, as it carries everything appended before it."""
         return self._wait(_Waiter(op, durable)).result
 
-    def run_deferred(self, op: Op, ops: int = 1) -> tuple[Any, tuple[int, int] | None]:
+    def run_deferred(self, op: Op, ops: int = 1) -> tuple[Any, int | None]:
         """Run ``op`` like :meth:`run`, but leave the journal fdatasync to the
         caller: returns the result and the journal mark to sync (None when
         nothing needs it). A batch over several partitions commits each, then
@@ -202,7 +202,7 @@ class GroupCommitter:
         if synced and self._trickle is not None:
             self._trickle()
 
-    def _execute(self, batch: list[_Waiter]) -> tuple[int, int] | None:
+    def _execute(self, batch: list[_Waiter]) -> int | None:
         """Run the batch; returns the journal mark its callers wait for, if any."""
         try:
             try:
@@ -231,7 +231,7 @@ class GroupCommitter:
         self.ops += sum(w.ops for w in batch)
         return mark
 
-    def _attempt_waiting(self, batch: list[_Waiter]) -> tuple[int, int] | None:
+    def _attempt_waiting(self, batch: list[_Waiter]) -> int | None:
         """:meth:`_attempt`, again every WAIT_POLL_S while another process
         holds the partition's write-behind window (it gives it up within its
         apply interval of seeing this process), at most WAIT_LIMIT_S."""
@@ -251,7 +251,7 @@ class GroupCommitter:
                     ) from None
                 time.sleep(WAIT_POLL_S)
 
-    def _attempt(self, batch: list[_Waiter]) -> tuple[int, int] | None:
+    def _attempt(self, batch: list[_Waiter]) -> int | None:
         """One transaction for the batch; ops are re-run from scratch on a
         retry. Returns the journal mark to fdatasync before the callers
         return (sync mode, when the batch wrote and a caller waits)."""
@@ -262,7 +262,7 @@ class GroupCommitter:
             window.before()
             return self._transaction(batch)
 
-    def _transaction(self, batch: list[_Waiter]) -> tuple[int, int] | None:
+    def _transaction(self, batch: list[_Waiter]) -> int | None:
         journal = self._journal
         window = self._window
         cleanup = None
@@ -346,7 +346,7 @@ class StoreCommitter(GroupCommitter):
         """Run ``op`` in a transaction of ``where``'s partition; durable."""
         return self._wait(_Waiter(op, True, where=where)).result
 
-    def _execute(self, batch: list[_Waiter]) -> tuple[int, int] | None:
+    def _execute(self, batch: list[_Waiter]) -> int | None:
         groups: dict[int, list[_Waiter]] = {}
         for w in batch:
             groups.setdefault(id(w.where), []).append(w)

@@ -39,7 +39,9 @@ key length u16 | value length u32 | key | value`` (``db``: 1 records, 2
 pending, 3 meta; a delete range removes every key from ``key`` to ``value``:
 a run of consecutive cursor deletes). A torn or corrupt record ends the
 segment's replay (nothing after it was acknowledged: a record is
-acknowledged only once the fdatasync that wrote it returned).
+acknowledged only once the fdatasync that wrote it returned). A segment is
+written over zeros kept ahead of its last record (Journal._zero), so it ends
+in zeros: no record starts with a zero magic.
 
 Write-behind records (dedupstore/window.py): while a ``sync`` process is a
 partition's only writer, each call is decided against the partition's
@@ -69,6 +71,7 @@ from typing import Any
 
 import lmdb
 
+from ._native import GroupSync
 from .errors import DurabilityError, StoreFormatError
 
 JOURNAL_DIR = "journal"
@@ -85,6 +88,11 @@ DELETE_RANGE = 3
 #: Set in a record's partition field: the record holds one write-behind call
 #: of that partition, to be applied by the transaction its txn id names.
 WINDOW_RECORD = 0x8000
+#: Segments are zero-filled this far ahead of their last record, a chunk at
+#: a time (see Journal._zero).
+ZERO_AHEAD = 512 << 10
+ZERO_CHUNK = 1 << 20
+_ZEROS = bytes(ZERO_CHUNK)
 
 
 class JournalTxn:
@@ -230,15 +238,29 @@ class _Segment:
     seq: int
     path: Path
     fd: int
+    #: The journal's logical position (bytes appended by this process, over
+    #: every segment) of this segment's offset 0: marks are logical positions.
+    base: int
     written: int = 0
-    synced: int = 0
+    #: The file holds zeros, written and synced, from ``written`` to here.
+    zeroed: int = 0
     #: partition -> newest txn id appended for it
     top: dict[int, int] = field(default_factory=dict)
 
 
 class Journal:
     """This process's journal, shared by every partition of the store:
-    appends, syncs, rotation and retirement of covered segments."""
+    appends, syncs, rotation and retirement of covered segments.
+
+    The fdatasyncs are run by one thread of the native extension
+    (:class:`dedupstore._native.GroupSync`, csrc/ds_gsync.c), which never
+    takes the GIL: a writer appends, and :meth:`sync` waits for an fdatasync
+    that covers its record. One runs at a time, each for everything appended
+    when it started, the next as soon as one returns. (When a waiting Python
+    thread ran it instead, the next one could only start once that thread had
+    the GIL back; benches/bench_core.py --only d measures the difference,
+    docs/benchmarks.md.)
+    """
 
     def __init__(self, root: Path, boot: bytes) -> None:
         self.dir = root / JOURNAL_DIR
@@ -248,144 +270,161 @@ class Journal:
         self.owner = f"{self._boot}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         #: Held by appends and by rotation.
         self.lock = threading.Lock()
-        self._sync_lock = threading.Lock()
-        #: Waited on by callers whose record the running fdatasync may not
-        #: cover; notified when it returns (see sync).
-        self._synced = threading.Condition(self._sync_lock)
-        self._syncing = False
+        #: Held by retirement and by changes of the segment table.
+        self._segments_lock = threading.Lock()
         self._segments: dict[int, _Segment] = {}
         self._seq = 0
-        self._current = self._open(0)
+        self._current: _Segment
+        self._use(self._open(0, 0))
+        self._gsync = GroupSync(self._current.fd)
         #: partition -> newest recorded checkpoint's txn id, as this process knows it
         self._durable: dict[int, int] = {}
-        #: Records appended and fdatasyncs run (for stats and tests).
+        #: Records appended (for stats and tests).
         self.appends = 0
-        self.syncs = 0
         #: Set by a failed fdatasync: the kernel may have dropped the pages
         #: it could not write, so a later fdatasync that succeeds proves
         #: nothing about them. Every later sync raises (fail-stop).
         self.failed: BaseException | None = None
 
-    def _open(self, seq: int) -> _Segment:
+    @property
+    def syncs(self) -> int:
+        """fdatasyncs run (for stats and tests)."""
+        return int(self._gsync.state()[2])
+
+    def _open(self, seq: int, base: int) -> _Segment:
         # Created under a hidden name, locked, then renamed: another process
         # looking for dead writers' segments never sees it unlocked.
         path = self.dir / f"{self.owner}.{seq}"
         hidden = self.dir / f".{self.owner}.{seq}"
-        fd = os.open(hidden, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        fd = os.open(hidden, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         fcntl.flock(fd, fcntl.LOCK_EX)
         os.rename(hidden, path)
-        seg = _Segment(seq, path, fd)
-        self._segments[seq] = seg
-        return seg
+        return _Segment(seq, path, fd, base)
 
-    def append(self, part: int, txnid: int, ops: list[tuple[int, int, bytes, bytes]]) -> tuple[int, int]:
+    def _use(self, seg: _Segment) -> None:
+        # Only a segment appends may go to is in the table: retire() takes
+        # any other one in it whose records checkpoints cover (none, for a
+        # new one), and closes its descriptor.
+        with self._segments_lock:
+            self._segments[seg.seq] = seg
+            self._current = seg
+
+    def append(self, part: int, txnid: int, ops: list[tuple[int, int, bytes, bytes]]) -> int:
         """Append one committed transaction of partition ``part`` (caller
         holds :attr:`lock`); returns the mark to pass to :meth:`sync`."""
         seg = self._current
         data = memoryview(encode(part, txnid, ops))
         done = 0
         while done < len(data):
-            done += os.write(seg.fd, data[done:])
-        seg.written += len(data)
+            done += os.pwrite(seg.fd, data[done:], seg.written + done)
+        return self._appended(seg, part, txnid, len(data))
+
+    def _appended(self, seg: _Segment, part: int, txnid: int, n: int) -> int:
+        seg.written += n
         if txnid > seg.top.get(part, 0):
             seg.top[part] = txnid
         self.appends += 1
-        return seg.seq, seg.written
+        end = seg.base + seg.written
+        self._gsync.appended(end)
+        if seg.written + ZERO_AHEAD > seg.zeroed:
+            self._zero(seg)
+        return end
 
-    def mark(self) -> tuple[int, int]:
+    def _zero(self, seg: _Segment) -> None:
+        # Records are written over zeros the file already holds: an
+        # fdatasync of such an overwrite writes the data blocks alone, where
+        # one of an append also commits the file's new size and blocks to
+        # the filesystem's journal (benches/bench_core.py's "records" line
+        # measures both). The next fdatasync covers the
+        # zeros too, so once per ZERO_CHUNK one costs more. The replay stops
+        # at the zeros (no record starts with a zero magic). If this fails
+        # (ENOSPC), appends still work, at the append's cost.
+        start = max(seg.zeroed, seg.written)
+        try:
+            os.pwrite(seg.fd, _ZEROS, start)
+        except OSError:
+            seg.zeroed = start + ZERO_CHUNK  # try again a chunk later
+            return
+        seg.zeroed = start + ZERO_CHUNK
+
+    def mark(self) -> int:
         """The mark of everything appended so far (caller holds :attr:`lock`)."""
-        return self._current.seq, self._current.written
+        return self._current.base + self._current.written
 
-    def log_window(self, overlay: Any, part: int, txnid: int) -> tuple[int, tuple[int, int]]:
+    def log_window(self, overlay: Any, part: int, txnid: int) -> tuple[int, int]:
         """Append the write-behind call ``overlay`` holds unrecorded, as a
         :data:`WINDOW_RECORD` of ``part`` for txn ``txnid`` (the caller holds
         the partition's window lock); returns the bytes appended and the mark
         to :meth:`sync` (of everything appended so far, also when the call
-        wrote nothing: its verdict may rest on a record not synced yet). A failed write raises OSError
-        with the call still undoable and the segment cut back to its last
-        whole record."""
+        wrote nothing: its verdict may rest on a record not synced yet). A
+        failed write raises OSError with the call still undoable and the
+        segment cut back to its last whole record."""
         with self.lock:
             seg = self._current
             try:
-                n = overlay.log(seg.fd, part | WINDOW_RECORD, txnid)
+                n = overlay.log(seg.fd, part | WINDOW_RECORD, txnid, seg.written)
             except OSError:
+                # A part of the record may be there: cut it off, so that no
+                # replay can take it for a whole one (the next is written
+                # at the same place).
                 with contextlib.suppress(OSError):
-                    os.ftruncate(seg.fd, seg.written)  # O_APPEND: the next record goes there
+                    os.ftruncate(seg.fd, seg.written)
+                seg.zeroed = seg.written
                 raise
             if n:
-                seg.written += n
-                if txnid > seg.top.get(part, 0):
-                    seg.top[part] = txnid
-                self.appends += 1
-            return n, (seg.seq, seg.written)
+                return n, self._appended(seg, part, txnid, n)
+            return 0, seg.base + seg.written
 
-    def sync(self, mark: tuple[int, int]) -> bool:
-        """Return once every record up to ``mark`` is on disk: the mark's
-        segment and any earlier one not retired yet. At once if fdatasyncs
-        since already covered them (callers share them: group sync). True if
-        this call ran an fdatasync.
-
-        One fdatasync runs at a time, without the lock: a caller that comes
-        meanwhile waits for it and then, if it did not cover its record,
-        runs the next, for everything appended by then. (Taking turns on a
-        plain lock instead let a thread that had just synced barge in again
-        with one new record: 1.7 claims per fdatasync with 8 threads.)"""
-        with self._sync_lock:
-            while True:
-                if self.failed is not None:
-                    raise DurabilityError(
-                        f"{self.dir}: an earlier journal fdatasync failed ({self.failed}); writes since may not "
-                        f"be durable, so none is acknowledged. Close and reopen the store"
-                    ) from self.failed
-                due = self._due(mark)
-                if not due:
-                    return False
-                if not self._syncing:
-                    break
-                self._synced.wait()
-            self._syncing = True
-            targets = [(seg, seg.written) for seg in due]
+    def sync(self, mark: int) -> bool:
+        """Return once every record up to ``mark`` is on disk (in the mark's
+        segment and every earlier one). At once if fdatasyncs since already
+        covered them (callers share them: group sync). True if this call
+        waited for an fdatasync."""
+        if self.failed is not None:
+            raise self._refused()
         try:
-            for seg, target in targets:
-                try:
-                    os.fdatasync(seg.fd)
-                except OSError as exc:
-                    with self._sync_lock:
-                        self.failed = exc
-                    raise DurabilityError(f"{seg.path}: journal fdatasync failed: {exc}") from exc
-                with self._sync_lock:
-                    seg.synced = max(seg.synced, target)
-                    self.syncs += 1
-        finally:
-            with self._sync_lock:
-                self._syncing = False
-                self._synced.notify_all()
-        return True
+            return bool(self._gsync.wait(mark))
+        except OSError as exc:
+            if self.failed is not None:
+                raise self._refused() from None
+            self.failed = exc
+            raise DurabilityError(f"{self._current.path}: journal fdatasync failed: {exc}") from exc
 
-    def _due(self, mark: tuple[int, int]) -> list[_Segment]:
-        # The segments an fdatasync must cover for ``mark`` (_sync_lock held).
-        seq, end = mark
-        due = []
-        for seg in list(self._segments.values()):
-            if seg.seq > seq:
-                continue
-            if seg.synced < (seg.written if seg.seq < seq else end):
-                due.append(seg)
-        return due
+    def _refused(self) -> DurabilityError:
+        err = DurabilityError(
+            f"{self.dir}: an earlier journal fdatasync failed ({self.failed}); writes since may not "
+            f"be durable, so none is acknowledged. Close and reopen the store"
+        )
+        err.__cause__ = self.failed
+        return err
+
+    def synced(self) -> dict[str, int]:
+        """How many bytes of each of this process's segments an fdatasync
+        has covered, by file name (for tests that cut a segment there)."""
+        _, synced, _ = self._gsync.state()
+        with self._segments_lock:
+            return {
+                seg.path.name: max(0, min(seg.written, synced - seg.base)) for seg in self._segments.values()
+            }
 
     def rotate(self) -> None:
         """Start a new segment if the current one holds records (caller holds
         :attr:`lock`; checkpoints call it, so a segment holds about one
-        checkpoint interval and can be retired soon after)."""
-        if self._current.written:
+        checkpoint interval and can be retired soon after). Waits until the
+        old segment is synced: the fdatasync thread syncs one file."""
+        old = self._current
+        if old.written:
             self._seq += 1
-            self._current = self._open(self._seq)
+            new = self._open(self._seq, old.base + old.written)
+            with contextlib.suppress(OSError):  # a failed fdatasync: every later sync raises it
+                self._gsync.switch(new.fd, new.base)
+            self._use(new)
 
     def retire(self, part: int, txnid: int) -> None:
         """A checkpoint of partition ``part`` at ``txnid`` is recorded: delete
         this process's segments (but the current one) that checkpoints now
         cover for every partition they hold records of."""
-        with self._sync_lock:
+        with self._segments_lock:
             if txnid > self._durable.get(part, 0):
                 self._durable[part] = txnid
             for seg in list(self._segments.values()):
@@ -398,12 +437,16 @@ class Journal:
         """Delete dead writers' segments of this boot that recorded
         checkpoints cover; returns how many (the previous boot's are the
         opening process's: :func:`clear_other_boots`)."""
-        return collect_dead(self.dir, self._boot, dict(self._durable))
+        with self._segments_lock:
+            durable = dict(self._durable)
+        return collect_dead(self.dir, self._boot, durable)
 
     def close(self, delete: bool = True) -> None:
-        """Close every segment, and delete them (``delete``: the caller has
-        just checkpointed every partition, so checkpoints cover them all)."""
-        with self._sync_lock:
+        """Stop the fdatasync thread (after it synced what was appended),
+        close every segment, and delete them (``delete``: the caller has just
+        checkpointed every partition, so checkpoints cover them all)."""
+        self._gsync.stop()
+        with self._segments_lock:
             for seg in list(self._segments.values()):
                 self._segments.pop(seg.seq, None)
                 if delete:

@@ -382,7 +382,7 @@ class Window:
                 raise
             try:
                 if self._journal is None:
-                    n = ov.log(self._fd, self._index, self._records)
+                    n = ov.log(self._fd, self._index, self._records, self._size)
                 else:
                     n, mark = self._journal.log_window(ov, self._index, self._label)
             except OSError as exc:

@@ -44,7 +44,7 @@ def _snapshot(root: Path) -> dict[str, bytes]:
 def _journal_synced(store: DedupStore) -> dict[str, int]:
     """How much of each of the store's journal segments an fdatasync covered."""
     journal = store._journal  # noqa: SLF001
-    return {} if journal is None else {seg.path.name: seg.synced for seg in journal._segments.values()}  # noqa: SLF001
+    return {} if journal is None else journal.synced()
 
 
 def _crash_image(

@@ -18,7 +18,7 @@ import pytest
 
 CSRC = Path(__file__).resolve().parent.parent / "csrc"
 
-BASE_FLAGS = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g"]
+BASE_FLAGS = ["-std=c11", "-pthread", "-Wall", "-Wextra", "-Werror", "-O1", "-g"]
 # Recovering from a UBSan report would only print it; make every report fatal.
 SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
 SANITIZER_ENV = {
@@ -49,14 +49,15 @@ def _sanitizers_work(cc: str, tmp_path: Path) -> bool:
     return run.returncode == 0
 
 
-@pytest.mark.parametrize("program", ["test_engine", "test_bloom"])
+@pytest.mark.parametrize("program", ["test_engine", "test_bloom", "test_gsync"])
 def test_c_unit_tests(tmp_path: Path, program: str) -> None:
     cc = _compiler()
     test_source = CSRC / "tests" / f"{program}.c"
     sources = sorted(CSRC.glob("ds_*.c"))
     # The engine files the extension is built from; an empty glob would
     # "pass" by linking nothing, so insist they are all there.
-    assert {p.name for p in sources} >= {"ds_hash.c", "ds_canon.c", "ds_record.c", "ds_decide.c", "ds_bloom.c"}
+    engine = {"ds_hash.c", "ds_canon.c", "ds_record.c", "ds_decide.c", "ds_bloom.c", "ds_gsync.c"}
+    assert {p.name for p in sources} >= engine
     assert test_source.is_file(), test_source
 
     sanitized = _sanitizers_work(cc, tmp_path)

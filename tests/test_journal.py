@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
 from pathlib import Path
@@ -168,26 +167,29 @@ def test_a_sync_covers_earlier_segments_a_checkpoint_has_not_dropped(tmp_path: P
         j.close()
 
 
-def test_a_failed_fdatasync_fails_every_later_sync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_fdatasync_fails_every_later_sync(tmp_path: Path) -> None:
     with DedupStore.open(
         tmp_path, durability="sync", partitions=1, eviction_rate=0, flush_interval=3600, apply_interval=0
     ) as s:
         s.ensure_namespace("n")
         s.claim("n", "a")  # checkpointed (a process's first commit); the next ones are journaled
-        real = os.fdatasync
-        failing = [True]
-
-        def fdatasync(fd: int) -> None:
-            if failing[0]:
-                raise OSError(errno.EIO, "Input/output error")
-            real(fd)
-
-        monkeypatch.setattr(journal_mod.os, "fdatasync", fdatasync)
-        with pytest.raises(DurabilityError, match="journal fdatasync failed"):
-            s.claim("n", "b")
-        failing[0] = False  # the disk "recovers": the pages it dropped stay lost
-        with pytest.raises(DurabilityError, match="earlier journal fdatasync failed"):
-            s.claim("n", "c")
-        monkeypatch.setattr(journal_mod.os, "fdatasync", real)
+        journal = s._journal  # noqa: SLF001
+        assert journal is not None
+        seg_fd = journal._current.fd  # noqa: SLF001
+        # The fdatasyncs run in C (csrc/ds_gsync.c), so the failure is a real
+        # one: the segment's descriptor made /dev/null's for a while, where
+        # writes go through and fdatasync fails (EINVAL).
+        saved = os.dup(seg_fd)
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, seg_fd)
+            with pytest.raises(DurabilityError, match="journal fdatasync failed"):
+                s.claim("n", "b")
+            os.dup2(saved, seg_fd)  # the disk "recovers": the pages it dropped stay lost
+            with pytest.raises(DurabilityError, match="earlier journal fdatasync failed"):
+                s.claim("n", "c")
+        finally:
+            for fd in (saved, null):
+                os.close(fd)
     with DedupStore.open(tmp_path, durability="sync", partitions=1, eviction_rate=0) as s:
         assert s.lookup("n", "a") is not None  # the acknowledged claim

@@ -5,6 +5,7 @@ by every other process, and never let a key be NEW twice."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -145,16 +146,20 @@ def test_overlay_reads_its_own_writes_over_the_snapshot_and_logs_them_as_journal
     ov.rollback()
     ov.reset(env.begin())
     assert ov.get(b"m", None, meta) == b"later"
-    r, w = os.pipe()
+    log = tmp_path / "log"
+    w = os.open(log, os.O_RDWR | os.O_CREAT, 0o644)
+    os.pwrite(w, bytes(64), 0)  # zeros ahead (as the journal keeps): written over, not appended to
     ov.put(b"logged", b"6", db=recs)
-    n = ov.log(w, 7, 43)
-    assert os.read(r, 1 << 16) == encode(7, 43, [(1, 1, b"logged", b"6")]) and n > 0
+    n = ov.log(w, 7, 43, 5)
+    assert log.read_bytes() == bytes(5) + encode(7, 43, [(1, 1, b"logged", b"6")]) + bytes(64 - 5 - n) and n > 0
     ov.rollback()  # log() kept it: nothing left to undo
-    assert ov.get(b"logged", None, recs) == b"6" and ov.log(w, 7, 44) == 0
-    os.close(r)
+    assert ov.get(b"logged", None, recs) == b"6" and ov.log(w, 7, 44, 5 + n) == 0
+    os.close(w)
+    w = os.open(log, os.O_RDONLY)
     ov.put(b"lost", b"7", db=recs)
-    with pytest.raises(BrokenPipeError):
-        ov.log(w, 7, 44)  # the reader is gone: EPIPE, and the call can still be undone
+    with pytest.raises(OSError) as failed:
+        ov.log(w, 7, 44, 5 + n)  # not open for writing: EBADF, and the call can still be undone
+    assert failed.value.errno == errno.EBADF
     ov.rollback()
     assert ov.get(b"lost", None, recs) is None
     os.close(w)

@@ -1,0 +1,186 @@
+#define _POSIX_C_SOURCE 200809L
+
+#include "ds_gsync.h"
+
+#include <errno.h>
+#include <unistd.h>
+
+/* One fdatasync for everything appended so far (mu held, none running);
+ * returns with mu held again, the result published and the waiters woken. */
+static void sync_once(ds_gsync *g)
+{
+    uint64_t target = g->appended;
+    int fd = g->fd;
+    g->syncing = 1;
+    pthread_mutex_unlock(&g->mu);
+    int rc;
+    do {
+        rc = fdatasync(fd);
+    } while (rc != 0 && errno == EINTR);
+    int e = rc == 0 ? 0 : errno;
+    pthread_mutex_lock(&g->mu);
+    if (e) {
+        g->err = e;
+    } else if (target > g->synced) {
+        g->synced = target;
+    }
+    if (!e) {
+        g->syncs++;
+    }
+    g->syncing = 0;
+    pthread_cond_broadcast(&g->done);
+}
+
+static void *syncer(void *arg)
+{
+    ds_gsync *g = arg;
+    pthread_mutex_lock(&g->mu);
+    for (;;) {
+        while (!g->stop && !g->err && (g->requested <= g->synced || g->syncing)) {
+            pthread_cond_wait(&g->work, &g->mu);
+        }
+        if (g->err) {
+            break; /* nothing more is acknowledged */
+        }
+        if (g->stop) {
+            while (g->syncing) {
+                pthread_cond_wait(&g->done, &g->mu);
+            }
+            if (!g->err && g->appended > g->synced) {
+                sync_once(g);
+            }
+            break;
+        }
+        sync_once(g);
+    }
+    g->stop = 1;
+    g->exited = 1;
+    pthread_cond_broadcast(&g->done);
+    pthread_mutex_unlock(&g->mu);
+    return NULL;
+}
+
+int ds_gsync_init(ds_gsync *g, int fd)
+{
+    int e;
+    g->fd = fd;
+    g->err = 0;
+    g->stop = 0;
+    g->running = 0;
+    g->exited = 0;
+    g->syncing = 0;
+    g->appended = g->requested = g->synced = g->base = g->syncs = 0;
+    if ((e = pthread_mutex_init(&g->mu, NULL)) != 0) {
+        return e;
+    }
+    if ((e = pthread_cond_init(&g->work, NULL)) != 0) {
+        pthread_mutex_destroy(&g->mu);
+        return e;
+    }
+    if ((e = pthread_cond_init(&g->done, NULL)) != 0) {
+        pthread_cond_destroy(&g->work);
+        pthread_mutex_destroy(&g->mu);
+        return e;
+    }
+    if ((e = pthread_create(&g->thread, NULL, syncer, g)) != 0) {
+        pthread_cond_destroy(&g->done);
+        pthread_cond_destroy(&g->work);
+        pthread_mutex_destroy(&g->mu);
+        return e;
+    }
+    g->running = 1;
+    return 0;
+}
+
+void ds_gsync_appended(ds_gsync *g, uint64_t end)
+{
+    pthread_mutex_lock(&g->mu);
+    if (end > g->appended) {
+        g->appended = end;
+    }
+    pthread_mutex_unlock(&g->mu);
+}
+
+int ds_gsync_wait(ds_gsync *g, uint64_t mark, int *waited)
+{
+    int rc;
+    *waited = 0;
+    pthread_mutex_lock(&g->mu);
+    if (mark > g->appended && !g->err) {
+        pthread_mutex_unlock(&g->mu);
+        return g->stop ? ECANCELED : EINVAL; /* nothing was appended there: no sync will cover it */
+    }
+    if (mark > g->requested) {
+        g->requested = mark;
+    }
+    while (!g->err && g->synced < mark && !g->exited) {
+        *waited = 1;
+        if (!g->syncing) {
+            /* None running: run it here, sparing a hand-off to the thread
+             * (a lone writer's latency). */
+            sync_once(g);
+            continue;
+        }
+        pthread_cond_wait(&g->done, &g->mu);
+    }
+    if (g->requested > g->synced && !g->syncing && !g->err) {
+        pthread_cond_signal(&g->work); /* writers that came meanwhile: the thread syncs for them */
+    }
+    rc = g->err ? g->err : g->synced >= mark ? 0 : ECANCELED;
+    pthread_mutex_unlock(&g->mu);
+    return rc;
+}
+
+int ds_gsync_switch(ds_gsync *g, int fd, uint64_t base)
+{
+    int rc;
+    pthread_mutex_lock(&g->mu);
+    while (!g->err && g->synced < g->appended && !g->exited) {
+        if (!g->syncing) {
+            sync_once(g);
+            continue;
+        }
+        pthread_cond_wait(&g->done, &g->mu);
+    }
+    g->fd = fd;
+    g->base = base;
+    if (base > g->appended) {
+        /* Nothing of the new file is appended yet: everything before it counts as synced. */
+        g->appended = g->requested = g->synced = base;
+    }
+    rc = g->err;
+    pthread_mutex_unlock(&g->mu);
+    return rc;
+}
+
+void ds_gsync_state(ds_gsync *g, uint64_t *appended, uint64_t *synced, uint64_t *syncs)
+{
+    pthread_mutex_lock(&g->mu);
+    *appended = g->appended;
+    *synced = g->synced;
+    *syncs = g->syncs;
+    pthread_mutex_unlock(&g->mu);
+}
+
+void ds_gsync_stop(ds_gsync *g)
+{
+    pthread_mutex_lock(&g->mu);
+    int running = g->running;
+    g->stop = 1;
+    pthread_cond_signal(&g->work);
+    pthread_mutex_unlock(&g->mu);
+    if (running) {
+        pthread_join(g->thread, NULL);
+        pthread_mutex_lock(&g->mu);
+        g->running = 0;
+        pthread_cond_broadcast(&g->done);
+        pthread_mutex_unlock(&g->mu);
+    }
+}
+
+void ds_gsync_destroy(ds_gsync *g)
+{
+    pthread_cond_destroy(&g->done);
+    pthread_cond_destroy(&g->work);
+    pthread_mutex_destroy(&g->mu);
+}
