@@ -662,6 +662,7 @@ def threads_ours(
         before = verdicts(store)
         commits0 = sum(p["commits"] for p in store.stats()["partition_stats"])
         syncs0 = store.stats()["journal_syncs"]
+        busy0 = store.stats()["journal_sync_seconds"]
         claim = store.claim
         wall, cpu = run_threads(n_threads, work, lambda k: claim(NS, k))
         n = n_threads * per_thread
@@ -670,9 +671,10 @@ def threads_ours(
             raise SystemExit(f"bench_core: expected {n} NEW verdicts, got {got}")
         commits = sum(p["commits"] for p in store.stats()["partition_stats"]) - commits0
         syncs = store.stats()["journal_syncs"] - syncs0
+        busy = store.stats()["journal_sync_seconds"] - busy0
         return {
             "claims_per_s": n / wall, "cpu_share": cpu / wall, "claims_per_commit": n / max(commits, 1),
-            "claims_per_sync": n / max(syncs, 1),
+            "claims_per_sync": n / max(syncs, 1), "sync_busy": busy / wall, "sync_us": busy / max(syncs, 1) * 1e6,
         }
     finally:
         store.close()
@@ -691,7 +693,10 @@ def threads_raw(ws: Workspace, rng: random.Random, n_threads: int, per_thread: i
 
         wall, cpu = run_threads(n_threads, work, one)
         n = n_threads * per_thread
-        return {"claims_per_s": n / wall, "cpu_share": cpu / wall, "claims_per_commit": 1.0, "claims_per_sync": 1.0}
+        return {
+            "claims_per_s": n / wall, "cpu_share": cpu / wall, "claims_per_commit": 1.0, "claims_per_sync": 1.0,
+            "sync_busy": float("nan"), "sync_us": float("nan"),
+        }
     finally:
         env.close()
         ws.drop(path)
@@ -727,6 +732,8 @@ def bench_threads(ws: Workspace, rng: random.Random, p: dict[str, int], value: b
             "cpu_share": med([r["cpu_share"] for r in rs]),
             "claims_per_commit": med([r["claims_per_commit"] for r in rs]),
             "claims_per_sync": med([r["claims_per_sync"] for r in rs]),
+            "sync_busy": med([r["sync_busy"] for r in rs]),
+            "sync_us": med([r["sync_us"] for r in rs]),
             "all": rates,
         }
     out["ratio_8t_1t"] = out["ours-8t"]["claims_per_s"] / out["ours-1t"]["claims_per_s"]
@@ -929,6 +936,11 @@ def report(res: dict[str, Any]) -> str:
             "      claims per journal fdatasync (8t / 8t p1)",
             f"{r['ours-8t']['claims_per_sync']:.2f} / {r['ours-8t-p1']['claims_per_sync']:.2f}",
             "1",
+        )
+        row(
+            "      journal fdatasync: time busy, each (8t)",
+            f"{r['ours-8t']['sync_busy']:.0%}, {r['ours-8t']['sync_us']:.0f} us",
+            "",
         )
         row(
             "      CPU share, 8t (1.0 = one core)",

@@ -3,22 +3,35 @@
 #include "ds_gsync.h"
 
 #include <errno.h>
+#include <time.h>
 #include <unistd.h>
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
 
 /* One fdatasync for everything appended so far (mu held, none running);
  * returns with mu held again, the result published and the waiters woken. */
 static void sync_once(ds_gsync *g)
 {
-    uint64_t target = g->appended;
+    uint64_t target = atomic_load(&g->appended);
     int fd = g->fd;
+    uint64_t n = ++g->started;
+    g->target = target;
     g->syncing = 1;
     pthread_mutex_unlock(&g->mu);
+    uint64_t t0 = now_ns();
     int rc;
     do {
         rc = fdatasync(fd);
     } while (rc != 0 && errno == EINTR);
     int e = rc == 0 ? 0 : errno;
+    uint64_t took = now_ns() - t0;
     pthread_mutex_lock(&g->mu);
+    g->busy_ns += took;
     if (e) {
         g->err = e;
     } else if (target > g->synced) {
@@ -28,7 +41,26 @@ static void sync_once(ds_gsync *g)
         g->syncs++;
     }
     g->syncing = 0;
-    pthread_cond_broadcast(&g->done);
+    pthread_cond_broadcast(&g->done[n & 1]);
+    if (e) {
+        pthread_cond_broadcast(&g->done[(n + 1) & 1]);
+    }
+}
+
+/* The condition a writer waiting for ``mark`` sleeps on while a sync runs:
+ * the running one's if it covers the mark, else the next one's. Writers
+ * waiting for the next sync are not woken by this one's return (8 threads
+ * woken per fdatasync, half of them to sleep again, cost more wake-ups and
+ * GIL hand-offs than the fdatasync took). */
+static pthread_cond_t *done_for(ds_gsync *g, uint64_t mark)
+{
+    return &g->done[(mark <= g->target ? g->started : g->started + 1) & 1];
+}
+
+static void wake_all(ds_gsync *g)
+{
+    pthread_cond_broadcast(&g->done[0]);
+    pthread_cond_broadcast(&g->done[1]);
 }
 
 static void *syncer(void *arg)
@@ -44,9 +76,9 @@ static void *syncer(void *arg)
         }
         if (g->stop) {
             while (g->syncing) {
-                pthread_cond_wait(&g->done, &g->mu);
+                pthread_cond_wait(done_for(g, g->target), &g->mu);
             }
-            if (!g->err && g->appended > g->synced) {
+            if (!g->err && atomic_load(&g->appended) > g->synced) {
                 sync_once(g);
             }
             break;
@@ -55,7 +87,7 @@ static void *syncer(void *arg)
     }
     g->stop = 1;
     g->exited = 1;
-    pthread_cond_broadcast(&g->done);
+    wake_all(g);
     pthread_mutex_unlock(&g->mu);
     return NULL;
 }
@@ -69,7 +101,8 @@ int ds_gsync_init(ds_gsync *g, int fd)
     g->running = 0;
     g->exited = 0;
     g->syncing = 0;
-    g->appended = g->requested = g->synced = g->base = g->syncs = 0;
+    atomic_init(&g->appended, 0);
+    g->requested = g->synced = g->base = g->syncs = g->started = g->target = g->busy_ns = 0;
     if ((e = pthread_mutex_init(&g->mu, NULL)) != 0) {
         return e;
     }
@@ -77,13 +110,20 @@ int ds_gsync_init(ds_gsync *g, int fd)
         pthread_mutex_destroy(&g->mu);
         return e;
     }
-    if ((e = pthread_cond_init(&g->done, NULL)) != 0) {
+    if ((e = pthread_cond_init(&g->done[0], NULL)) != 0) {
+        pthread_cond_destroy(&g->work);
+        pthread_mutex_destroy(&g->mu);
+        return e;
+    }
+    if ((e = pthread_cond_init(&g->done[1], NULL)) != 0) {
+        pthread_cond_destroy(&g->done[0]);
         pthread_cond_destroy(&g->work);
         pthread_mutex_destroy(&g->mu);
         return e;
     }
     if ((e = pthread_create(&g->thread, NULL, syncer, g)) != 0) {
-        pthread_cond_destroy(&g->done);
+        pthread_cond_destroy(&g->done[1]);
+        pthread_cond_destroy(&g->done[0]);
         pthread_cond_destroy(&g->work);
         pthread_mutex_destroy(&g->mu);
         return e;
@@ -94,11 +134,9 @@ int ds_gsync_init(ds_gsync *g, int fd)
 
 void ds_gsync_appended(ds_gsync *g, uint64_t end)
 {
-    pthread_mutex_lock(&g->mu);
-    if (end > g->appended) {
-        g->appended = end;
+    uint64_t seen = atomic_load(&g->appended);
+    while (end > seen && !atomic_compare_exchange_weak(&g->appended, &seen, end)) {
     }
-    pthread_mutex_unlock(&g->mu);
 }
 
 int ds_gsync_wait(ds_gsync *g, uint64_t mark, int *waited)
@@ -106,7 +144,7 @@ int ds_gsync_wait(ds_gsync *g, uint64_t mark, int *waited)
     int rc;
     *waited = 0;
     pthread_mutex_lock(&g->mu);
-    if (mark > g->appended && !g->err) {
+    if (mark > atomic_load(&g->appended) && !g->err) {
         pthread_mutex_unlock(&g->mu);
         return g->stop ? ECANCELED : EINVAL; /* nothing was appended there: no sync will cover it */
     }
@@ -121,7 +159,7 @@ int ds_gsync_wait(ds_gsync *g, uint64_t mark, int *waited)
             sync_once(g);
             continue;
         }
-        pthread_cond_wait(&g->done, &g->mu);
+        pthread_cond_wait(done_for(g, mark), &g->mu);
     }
     if (g->requested > g->synced && !g->syncing && !g->err) {
         pthread_cond_signal(&g->work); /* writers that came meanwhile: the thread syncs for them */
@@ -135,28 +173,30 @@ int ds_gsync_switch(ds_gsync *g, int fd, uint64_t base)
 {
     int rc;
     pthread_mutex_lock(&g->mu);
-    while (!g->err && g->synced < g->appended && !g->exited) {
+    while (!g->err && g->synced < atomic_load(&g->appended) && !g->exited) {
         if (!g->syncing) {
             sync_once(g);
             continue;
         }
-        pthread_cond_wait(&g->done, &g->mu);
+        pthread_cond_wait(done_for(g, atomic_load(&g->appended)), &g->mu);
     }
     g->fd = fd;
     g->base = base;
-    if (base > g->appended) {
+    if (base > atomic_load(&g->appended)) {
         /* Nothing of the new file is appended yet: everything before it counts as synced. */
-        g->appended = g->requested = g->synced = base;
+        atomic_store(&g->appended, base);
+        g->requested = g->synced = base;
     }
     rc = g->err;
     pthread_mutex_unlock(&g->mu);
     return rc;
 }
 
-void ds_gsync_state(ds_gsync *g, uint64_t *appended, uint64_t *synced, uint64_t *syncs)
+void ds_gsync_state(ds_gsync *g, uint64_t *appended, uint64_t *synced, uint64_t *syncs, uint64_t *busy_ns)
 {
     pthread_mutex_lock(&g->mu);
-    *appended = g->appended;
+    *busy_ns = g->busy_ns;
+    *appended = atomic_load(&g->appended);
     *synced = g->synced;
     *syncs = g->syncs;
     pthread_mutex_unlock(&g->mu);
@@ -173,14 +213,15 @@ void ds_gsync_stop(ds_gsync *g)
         pthread_join(g->thread, NULL);
         pthread_mutex_lock(&g->mu);
         g->running = 0;
-        pthread_cond_broadcast(&g->done);
+        wake_all(g);
         pthread_mutex_unlock(&g->mu);
     }
 }
 
 void ds_gsync_destroy(ds_gsync *g)
 {
-    pthread_cond_destroy(&g->done);
+    pthread_cond_destroy(&g->done[1]);
+    pthread_cond_destroy(&g->done[0]);
     pthread_cond_destroy(&g->work);
     pthread_mutex_destroy(&g->mu);
 }

@@ -30,12 +30,14 @@
 #define DS_GSYNC_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 typedef struct ds_gsync {
     pthread_mutex_t mu;
     pthread_cond_t work; /* the thread waits on it: writers wait for a next fdatasync, or stop */
-    pthread_cond_t done; /* writers wait on it: a sync returned, or failed */
+    /* Writers wait on done[n & 1] for the n-th fdatasync to return (or fail). */
+    pthread_cond_t done[2];
     pthread_t thread;
     int fd;              /* the file the next fdatasync covers */
     int err;             /* errno of the first failed fdatasync, 0 if none */
@@ -43,11 +45,17 @@ typedef struct ds_gsync {
     int running;         /* the thread was started and not joined */
     int exited;          /* the thread returned (stopped, or an fdatasync failed) */
     int syncing;         /* an fdatasync is running (in the thread or a writer) */
-    uint64_t appended;   /* logical end of what writers appended */
+    /* Logical end of what writers appended: atomic, so that an append
+     * (made with the GIL held) never waits for the mutex, which a herd of
+     * writers woken by one fdatasync's broadcast contends for. */
+    _Atomic uint64_t appended;
     uint64_t requested;  /* the furthest position a writer waits for */
     uint64_t synced;     /* logical end an fdatasync that returned covered */
     uint64_t base;       /* logical position of the current file's offset 0 */
     uint64_t syncs;      /* fdatasyncs that returned 0 */
+    uint64_t started;    /* fdatasyncs started; the running one is the started-th */
+    uint64_t target;     /* logical end the running (or last) fdatasync covers */
+    uint64_t busy_ns;    /* time spent in fdatasync, summed */
 } ds_gsync;
 
 /* Starts the syncer thread for ``fd`` (position 0 is the file's offset 0).
@@ -69,8 +77,10 @@ int ds_gsync_wait(ds_gsync *g, uint64_t mark, int *waited);
  * Returns 0 or the sticky errno (the switch is made either way). */
 int ds_gsync_switch(ds_gsync *g, int fd, uint64_t base);
 
-/* The counters at this moment (read under the mutex). */
-void ds_gsync_state(ds_gsync *g, uint64_t *appended, uint64_t *synced, uint64_t *syncs);
+/* The counters at this moment (read under the mutex); ``busy_ns`` is the
+ * time fdatasyncs took, summed (over wall time: how busy the journal kept
+ * the disk). */
+void ds_gsync_state(ds_gsync *g, uint64_t *appended, uint64_t *synced, uint64_t *syncs, uint64_t *busy_ns);
 
 /* Lets the syncer cover everything appended (waited for or not), stops it and joins it; frees
  * nothing else (ds_gsync_destroy does). Idempotent. */

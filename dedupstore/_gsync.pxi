@@ -6,14 +6,12 @@ from libc.stdlib cimport free, malloc
 
 cdef extern from "ds_gsync.h":
     ctypedef struct ds_gsync:
-        uint64_t appended
-        uint64_t synced
-        uint64_t syncs
+        pass
     int ds_gsync_init(ds_gsync *g, int fd) nogil
     void ds_gsync_appended(ds_gsync *g, uint64_t end) nogil
     int ds_gsync_wait(ds_gsync *g, uint64_t mark, int *waited) nogil
     int ds_gsync_switch(ds_gsync *g, int fd, uint64_t base) nogil
-    void ds_gsync_state(ds_gsync *g, uint64_t *appended, uint64_t *synced, uint64_t *syncs) nogil
+    void ds_gsync_state(ds_gsync *g, uint64_t *appended, uint64_t *synced, uint64_t *syncs, uint64_t *busy_ns) nogil
     void ds_gsync_stop(ds_gsync *g) nogil
     void ds_gsync_destroy(ds_gsync *g) nogil
 
@@ -69,10 +67,10 @@ cdef class GroupSync:
             raise OSError(rc, os.strerror(rc))
 
     def state(self):
-        """(appended, synced, fdatasyncs run) at this moment."""
-        cdef uint64_t appended, synced, syncs
-        ds_gsync_state(self._g, &appended, &synced, &syncs)
-        return appended, synced, syncs
+        """(appended, synced, fdatasyncs run, seconds spent in them) now."""
+        cdef uint64_t appended, synced, syncs, busy_ns
+        ds_gsync_state(self._g, &appended, &synced, &syncs, &busy_ns)
+        return appended, synced, syncs, busy_ns / 1e9
 
     def stop(self):
         """Sync what was appended, then end the thread (idempotent)."""

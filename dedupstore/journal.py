@@ -291,6 +291,11 @@ class Journal:
         """fdatasyncs run (for stats and tests)."""
         return int(self._gsync.state()[2])
 
+    @property
+    def sync_seconds(self) -> float:
+        """Time the fdatasyncs took, summed (for stats)."""
+        return float(self._gsync.state()[3])
+
     def _open(self, seq: int, base: int) -> _Segment:
         # Created under a hidden name, locked, then renamed: another process
         # looking for dead writers' segments never sees it unlocked.
@@ -401,7 +406,7 @@ class Journal:
     def synced(self) -> dict[str, int]:
         """How many bytes of each of this process's segments an fdatasync
         has covered, by file name (for tests that cut a segment there)."""
-        _, synced, _ = self._gsync.state()
+        synced = self._gsync.state()[1]
         with self._segments_lock:
             return {
                 seg.path.name: max(0, min(seg.written, synced - seg.base)) for seg in self._segments.values()

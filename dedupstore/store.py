@@ -1156,10 +1156,12 @@ class DedupStore:
             "repeats_other_event": other,
             "bytes_used": total_bytes,
             "partition_stats": parts,
-            # sync mode: records appended to this process's journal, and the
-            # fdatasyncs that made them durable (shared by partitions and callers)
+            # sync mode: records appended to this process's journal, the
+            # fdatasyncs that made them durable (shared by partitions and
+            # callers), and the time they took, summed
             "journal_appends": self._journal.appends if self._journal is not None else 0,
             "journal_syncs": self._journal.syncs if self._journal is not None else 0,
+            "journal_sync_seconds": self._journal.sync_seconds if self._journal is not None else 0.0,
             "namespaces": namespaces,
         }
 

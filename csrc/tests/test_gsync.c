@@ -57,14 +57,14 @@ static void test_wait_covers(void)
     CHECK_EQ(ds_gsync_wait(&g, 1, &waited), EINVAL); /* beyond what was appended */
     append(fd, &g, &end, 100);
     CHECK_EQ(ds_gsync_wait(&g, end, &waited), 0);
-    uint64_t a, s, n;
-    ds_gsync_state(&g, &a, &s, &n);
+    uint64_t a, s, n, busy;
+    ds_gsync_state(&g, &a, &s, &n, &busy);
     CHECK_EQ_U64(a, 100);
     CHECK_EQ_U64(s, 100);
     CHECK_EQ_U64(n, 1);
     CHECK_EQ(ds_gsync_wait(&g, end, &waited), 0); /* covered already: no new fdatasync */
     CHECK_EQ(waited, 0);
-    ds_gsync_state(&g, &a, &s, &n);
+    ds_gsync_state(&g, &a, &s, &n, &busy);
     CHECK_EQ_U64(n, 1);
     ds_gsync_stop(&g);
     ds_gsync_stop(&g); /* idempotent */
@@ -98,11 +98,11 @@ static void *writer(void *arg)
         ds_gsync_appended(sh->g, mark);
         pthread_mutex_unlock(&sh->lock);
         int waited;
-        uint64_t a, s, n;
+        uint64_t a, s, n, busy;
         if (ds_gsync_wait(sh->g, mark, &waited) != 0) {
             sh->failures++;
         }
-        ds_gsync_state(sh->g, &a, &s, &n);
+        ds_gsync_state(sh->g, &a, &s, &n, &busy);
         if (s < mark) {
             sh->failures++; /* returned before a sync covered the record */
         }
@@ -126,8 +126,8 @@ static void test_writers_share_syncs(void)
         pthread_join(t[i], NULL);
     }
     CHECK_EQ(sh.failures, 0);
-    uint64_t a, s, n;
-    ds_gsync_state(&g, &a, &s, &n);
+    uint64_t a, s, n, busy;
+    ds_gsync_state(&g, &a, &s, &n, &busy);
     CHECK_EQ_U64(a, (uint64_t)WRITERS * PER_WRITER * 40);
     CHECK_EQ_U64(s, a);
     /* Each writer waits for its own record: with 8 of them, fdatasyncs are
@@ -150,17 +150,17 @@ static void test_switch_syncs_the_old_file_first(void)
     uint64_t end = 0;
     append(f1, &g, &end, 50); /* appended, nobody waits: no fdatasync yet */
     nanosleep(&(struct timespec){.tv_sec = 0, .tv_nsec = 20 * 1000 * 1000}, NULL);
-    uint64_t a, s, n;
-    ds_gsync_state(&g, &a, &s, &n);
+    uint64_t a, s, n, busy;
+    ds_gsync_state(&g, &a, &s, &n, &busy);
     CHECK_EQ_U64(n, 0);
     CHECK_EQ(ds_gsync_switch(&g, f2, end), 0);
-    ds_gsync_state(&g, &a, &s, &n);
+    ds_gsync_state(&g, &a, &s, &n, &busy);
     CHECK_EQ_U64(s, 50); /* the old file's bytes were synced before the switch returned */
     uint64_t end2 = end;
     append(f2, &g, &end2, 30);
     int waited;
     CHECK_EQ(ds_gsync_wait(&g, end2, &waited), 0);
-    ds_gsync_state(&g, &a, &s, &n);
+    ds_gsync_state(&g, &a, &s, &n, &busy);
     CHECK_EQ_U64(s, 80); /* logical positions carry on over the switch */
     /* A base beyond what was appended (a skipped range) counts as synced. */
     CHECK_EQ(ds_gsync_switch(&g, f1, 1000), 0);
@@ -190,8 +190,8 @@ static void test_a_failed_fdatasync_is_sticky(void)
     CHECK_EQ(ds_gsync_switch(&g, fd, end), EINVAL); /* a good file later proves nothing */
     append(fd, &g, &end, 10);
     CHECK_EQ(ds_gsync_wait(&g, end, &waited), EINVAL);
-    uint64_t a, s, n;
-    ds_gsync_state(&g, &a, &s, &n);
+    uint64_t a, s, n, busy;
+    ds_gsync_state(&g, &a, &s, &n, &busy);
     CHECK_EQ_U64(n, 0);
     ds_gsync_stop(&g);
     ds_gsync_destroy(&g);
@@ -210,8 +210,8 @@ static void test_stop_covers_what_was_appended(void)
     uint64_t end = 0;
     append(fd, &g, &end, 64);
     ds_gsync_stop(&g);
-    uint64_t a, s, n;
-    ds_gsync_state(&g, &a, &s, &n);
+    uint64_t a, s, n, busy;
+    ds_gsync_state(&g, &a, &s, &n, &busy);
     CHECK_EQ_U64(s, 64);
     int waited;
     CHECK_EQ(ds_gsync_wait(&g, 64, &waited), 0);
