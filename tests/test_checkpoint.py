@@ -25,6 +25,7 @@ import pytest
 
 from dedupstore import DedupStore, RecordState, Status, checkpoint
 from dedupstore.checkpoint import SLOT_SIZE, CheckpointFile, Record
+from dedupstore.journal import DELETE_RANGE, WINDOW_RECORD, decode
 from dedupstore.verify import verify_store
 
 NS = "orders"
@@ -202,6 +203,76 @@ def test_journaled_eviction_replays_after_an_os_crash(tmp_path: Path, monkeypatc
         with DedupStore.open(dest, durability="sync", eviction_rate=0, clock=lambda: now[0]) as back:
             assert _state(back, old + ["kept"]) == expect
             assert back.stats()["namespaces"][NS]["frontier"] == frontier
+        report = verify_store(dest)
+        assert report.ok, report.problems
+
+
+def test_calls_taken_during_a_failed_apply_replay_in_order_after_an_os_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A sync window's calls are journaled for the LMDB transaction that will
+    # apply them; those taken while an apply commits are labelled for the one
+    # after it. If that apply fails, the overlay holds both, and the next
+    # transaction of the committer (eviction here) must apply them on its own
+    # first, so that the labels still say where a replay puts each call.
+    now = [1_700_000_000.0]
+    root = tmp_path / "live"
+    old = [f"old{i}" for i in range(200)]
+    store = DedupStore.open(
+        root, durability="sync", partitions=1, eviction_rate=0, flush_interval=3600, apply_interval=1,
+        clock=lambda: now[0],
+    )
+    try:
+        store.ensure_namespace(NS, horizon="1h", lease="1h")
+        for key, res in zip(old, store.claim_many(NS, old), strict=True):
+            store.complete(NS, key, res.token, b"first")
+        now[0] += 3600 + 2 * 450  # the horizon and two generations later: old is evictable
+        store.flush()  # the checkpoint the crash rolls back to
+        durable = _snapshot(root)
+        window = store._parts[0].window  # noqa: SLF001
+        assert window is not None and window.active
+        monkeypatch.setattr(window, "tick", lambda: None)  # the flusher's applies would come between
+        before = [f"before{i}" for i in range(20)]
+        during = [f"during{i}" for i in range(20)]
+        for key in before:
+            store.claim(NS, key)
+        real_commit = window._commit  # noqa: SLF001
+
+        def failing_commit(*args: object) -> None:
+            for key in during:  # taken while the apply commits (its lock is not held)
+                store.claim(NS, key)
+            raise OSError(5, "injected: the apply's commit failed")
+
+        monkeypatch.setattr(window, "_commit", failing_commit)
+        with pytest.raises(OSError, match="injected"):
+            window.apply()
+        monkeypatch.setattr(window, "_commit", real_commit)
+        assert window._ahead  # noqa: SLF001
+        assert store.evict(budget=100)["deleted"] == 100  # a committer transaction, after the window's own
+        # The journal says so: the calls taken during the failed apply are
+        # labelled for a transaction no later than the eviction's, so a
+        # replay runs them before it, as they were applied.
+        labels, evictions = [], []
+        for seg in sorted((root / "journal").glob("*-*.*")):
+            for part, txnid, ops in decode(seg.read_bytes()):
+                if part & WINDOW_RECORD and any(b"during" in op[2] for op in ops):
+                    labels.append(txnid)
+                elif not part & WINDOW_RECORD and any(op[0] == DELETE_RANGE for op in ops):
+                    evictions.append(txnid)
+        assert labels and evictions and max(labels) <= min(evictions)
+        after = [f"after{i}" for i in range(20)]
+        for key in after:
+            store.claim(NS, key)
+        keys = old + before + during + after
+        expect = _state(store, keys)
+        assert sum(v is None for v in expect.values()) == 100
+        images = _images(root, durable, tmp_path, _journal_synced(store))
+    finally:
+        _crash(store)
+    _reboot(monkeypatch)
+    for dest in images:
+        with DedupStore.open(dest, durability="sync", eviction_rate=0, clock=lambda: now[0]) as back:
+            assert _state(back, keys) == expect
         report = verify_store(dest)
         assert report.ok, report.problems
 

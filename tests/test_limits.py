@@ -193,7 +193,7 @@ def test_fixed_namespace_fields_cannot_change(store: DedupStore) -> None:
 def test_full_map_raises_and_keeps_what_was_committed(tmp_path: Path, clock: FakeClock) -> None:
     path = tmp_path / "s"
     committed: list[bytes] = []
-    # The group-commit path (a write-behind window's full map is not covered here).
+    # The group-commit path (a write-behind window's full map: the test below).
     with DedupStore.open(path, partitions=1, map_size=1 << 20, clock=clock, apply_interval=0) as s:
         s.ensure_namespace("n", max_outcome_bytes=1 << 16)
         with pytest.raises(StoreFullError, match="map size"):
@@ -207,3 +207,39 @@ def test_full_map_raises_and_keeps_what_was_committed(tmp_path: Path, clock: Fak
     with DedupStore.open(path, clock=clock) as s:
         for key in committed:
             assert s.claim("n", key).status is Status.DUPLICATE
+
+
+@pytest.mark.parametrize("durability", ["sync", "flush"])
+def test_full_map_with_a_write_behind_window_raises_and_loses_no_acknowledged_call(
+    tmp_path: Path, clock: FakeClock, durability: str
+) -> None:
+    # Calls go to the window's overlay and reach LMDB when it is applied; a
+    # full map turns up there, after the calls were acknowledged (they are in
+    # the journal or the window's log). The handle then refuses writes, and a
+    # reopen with a larger map applies them.
+    path = tmp_path / "s"
+    acknowledged: dict[bytes, bytes] = {}
+    s = DedupStore.open(path, durability=durability, partitions=1, map_size=1 << 20, clock=clock)
+    s.ensure_namespace("n", max_outcome_bytes=1 << 16)
+    with pytest.raises(StoreFullError, match="map size") as full:
+        for i in range(100_000):
+            key = f"key-{i:06d}".encode()
+            res = s.claim("n", key)
+            assert res.token is not None
+            outcome = b"%06d" % i + b"o" * 2000
+            s.complete("n", key, res.token, outcome)
+            acknowledged[key] = outcome
+            if i % 50 == 0:
+                s.flush()  # applies the window (and, in flush mode, is what makes calls durable)
+    assert len(acknowledged) > 100
+    assert "larger map_size" in str(full.value)
+    with pytest.raises(StoreFullError):
+        s.claim("n", b"one more")
+    for key in list(acknowledged)[-5:]:
+        assert s.lookup("n", key) is not None  # still answered, from the unapplied calls
+    with pytest.raises(StoreFullError):
+        s.close()  # cannot apply them either: says so, and leaves them where the reopen finds them
+    with DedupStore.open(path, durability=durability, map_size=1 << 26, clock=clock) as s:
+        for key, outcome in acknowledged.items():
+            res = s.claim("n", key)
+            assert (res.status, res.outcome) == (Status.DUPLICATE, outcome)
