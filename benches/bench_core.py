@@ -36,6 +36,7 @@ import json
 import os
 import platform
 import random
+import resource
 import shlex
 import shutil
 import statistics
@@ -44,12 +45,14 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import lmdb
 
 import dedupstore
 from dedupstore import DedupStore, Status
+from dedupstore.loadgen import block_device_stat, sectors_written
 
 try:  # the same figures the store uses, so raw runs are configured alike
     from dedupstore.layout import DEFAULT_MAP_SIZE, DEFAULT_PARTITIONS, MAX_READERS
@@ -257,27 +260,38 @@ def record_sync_bench(ws: Workspace, samples: int) -> dict[str, float]:
     """Median fdatasync of one journal-sized (150-byte) record written after
     the last, in a file that grows with each (an append) and in one that
     holds zeros there already (what dedupstore/journal.py keeps ahead of its
-    records): the append's fdatasync also commits the new size and blocks."""
+    records): the append's fdatasync also commits the new size and blocks.
+    Also, per record, the bytes the device wrote (its /sys/dev/block counter,
+    other processes' writes included) and the bytes getrusage's ru_oublock
+    counted (pages as they are dirtied: a whole large folio on newer kernels)."""
     path = ws.fresh("recsync")
     rec = os.urandom(150)
     out: dict[str, float] = {}
+    device = block_device_stat(Path(path))
     try:
-        for name, zeros in (("append_fdatasync_us", 0), ("zeroed_fdatasync_us", len(rec) * (samples + 1))):
+        for name, zeros in (("append", 0), ("zeroed", 1 << 20)):
             fd = os.open(os.path.join(path, name), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
                 if zeros:
                     os.pwrite(fd, bytes(zeros), 0)
                 os.fsync(fd)
+                n = min(samples, zeros // len(rec)) if zeros else samples
                 ts = []
-                for i in range(samples):
+                dev0 = sectors_written(device)
+                ob0 = resource.getrusage(resource.RUSAGE_SELF).ru_oublock
+                for i in range(n):
                     os.pwrite(fd, rec, i * len(rec))
                     t0 = time.perf_counter()
                     os.fdatasync(fd)
                     ts.append(time.perf_counter() - t0)
+                ob1 = resource.getrusage(resource.RUSAGE_SELF).ru_oublock
+                dev1 = sectors_written(device)
             finally:
                 os.close(fd)
             ts.sort()
-            out[name] = med(ts) * 1e6
+            out[f"{name}_fdatasync_us"] = med(ts) * 1e6
+            out[f"{name}_oublock_bytes"] = (ob1 - ob0) * 512 / n
+            out[f"{name}_device_bytes"] = (dev1 - dev0) * 512 / n if dev0 is not None and dev1 is not None else 0.0
     finally:
         ws.drop(path)
     return out
@@ -832,7 +846,9 @@ def report(res: dict[str, Any]) -> str:
         f"disk    : {m['dir']} on {m['filesystem']}; 4 KiB rewrite+fsync {m['fsync_us']:.0f} us "
         f"(p90 {m['fsync_p90_us']:.0f}), +fdatasync {m['fdatasync_us']:.0f} us (p90 {m['fdatasync_p90_us']:.0f})",
         f"records : 150-byte record+fdatasync, appended {m['append_fdatasync_us']:.0f} us, "
-        f"written over zeros {m['zeroed_fdatasync_us']:.0f} us",
+        f"written over zeros {m['zeroed_fdatasync_us']:.0f} us; per record the device wrote "
+        f"{m['append_device_bytes']:,.0f} / {m['zeroed_device_bytes']:,.0f} B, ru_oublock counted "
+        f"{m['append_oublock_bytes']:,.0f} / {m['zeroed_oublock_bytes']:,.0f} B",
         f"parallel: 4 KiB rewrite+fdatasync per second, one file per thread: "
         f"1 thread {m['fdatasync_per_s_1t']:,.0f}/s, 4 threads {m['fdatasync_per_s_4t']:,.0f}/s, "
         f"8 threads {m['fdatasync_per_s_8t']:,.0f}/s",

@@ -201,9 +201,9 @@ class LoadReport:
     #: Bytes the store's block device wrote during the run (Linux
     #: /sys/dev/block; 0 where it cannot be read, as for tmpfs). The device
     #: counts every process's writes, the store's among them. (getrusage's
-    #: ru_oublock counted pages as they were dirtied, on newer kernels a whole
-    #: large folio at a time: 2 MiB for a 150-byte journal record written
-    #: over zeros, where the disk wrote one 4 KiB block.)
+    #: ru_oublock counts pages as they are dirtied, on newer kernels a whole
+    #: large folio at a time, far more than a journal record written over
+    #: zeros costs the disk: benches/bench_core.py's "records" line shows both.)
     written_bytes: int = 0
     #: Claim latency of each event in stream order, from its scheduled time (us);
     #: for an unclaimed event, the time it had waited when the run stopped (a
@@ -402,7 +402,7 @@ def _run(
     return report
 
 
-def _device_stat(path: Path) -> Path | None:
+def block_device_stat(path: Path) -> Path | None:
     """The I/O counters of the block device ``path`` is on (Linux)."""
     try:
         dev = os.stat(path).st_dev
@@ -412,7 +412,7 @@ def _device_stat(path: Path) -> Path | None:
     return stat if stat.is_file() else None
 
 
-def _sectors_written(stat: Path | None) -> int | None:
+def sectors_written(stat: Path | None) -> int | None:
     if stat is None:
         return None
     try:
@@ -442,8 +442,8 @@ def _drive(
     latencies = report.latencies_us
     cpu0 = time.process_time()
     use0 = None if resource is None else resource.getrusage(resource.RUSAGE_SELF)
-    device = _device_stat(store.path)
-    written0 = _sectors_written(device)
+    device = block_device_stat(store.path)
+    written0 = sectors_written(device)
     clock.start()
     t0 = time.perf_counter()
     next_tick = t0 + 1.0
@@ -482,7 +482,7 @@ def _drive(
     if use0 is not None:
         use1 = resource.getrusage(resource.RUSAGE_SELF)
         report.cpu_system_seconds = use1.ru_stime - use0.ru_stime
-    written1 = _sectors_written(device)
+    written1 = sectors_written(device)
     if written0 is not None and written1 is not None:
         report.written_bytes = (written1 - written0) * 512  # the kernel counts 512-byte sectors
     report.store_seconds = clock() - clock.base
