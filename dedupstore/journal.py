@@ -242,7 +242,8 @@ class _Segment:
     #: every segment) of this segment's offset 0: marks are logical positions.
     base: int
     written: int = 0
-    #: The file holds zeros, written and synced, from ``written`` to here.
+    #: Zeros were written from ``written`` to here (the next fdatasync
+    #: covers them), or tried: a failed zero-fill is not retried at once.
     zeroed: int = 0
     #: partition -> newest txn id appended for it
     top: dict[int, int] = field(default_factory=dict)
