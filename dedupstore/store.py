@@ -86,7 +86,8 @@ DEFAULT_FLUSH_INTERVAL = 1.0
 MIN_FLUSH_INTERVAL_S = 0.001
 MAX_FLUSH_INTERVAL_S = 3600.0
 #: Between checkpoints, writeback of the data files is started this often
-#: (flush mode; in sync mode after each journal fdatasync instead).
+#: (flush mode, and write-behind in either mode; in sync mode also after each
+#: group commit's journal fdatasync).
 TRICKLE_S = 0.02
 #: How long a returned write may wait in this process's
 #: write-behind window before it is applied to LMDB (dedupstore/window.py);
