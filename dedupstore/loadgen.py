@@ -205,6 +205,10 @@ class LoadReport:
     #: large folio at a time, far more than a journal record written over
     #: zeros costs the disk: benches/bench_core.py's "records" line shows both.)
     written_bytes: int = 0
+    #: Wall and CPU seconds the consumer's thread spent in store calls
+    #: (claim, complete and release of each round): how busy it was.
+    store_call_seconds: float = 0.0
+    store_call_cpu_seconds: float = 0.0
     #: Claim latency of each event in stream order, from its scheduled time (us);
     #: for an unclaimed event, the time it had waited when the run stopped (a
     #: lower bound, so a run cut short never looks faster than it was).
@@ -260,6 +264,9 @@ class LoadReport:
             "written_bytes": self.written_bytes,
             "written_bytes_per_event": round(self.written_bytes / self.claimed) if self.claimed else 0,
             "mean_batch": round(self.claimed / self.batches, 1) if self.batches else 0.0,
+            "store_call_share": round(self.store_call_seconds / self.wall_seconds, 4) if self.wall_seconds else 0.0,
+            "store_call_us": round(self.store_call_seconds / self.batches * 1e6, 1) if self.batches else 0.0,
+            "store_call_cpu_us": round(self.store_call_cpu_seconds / self.batches * 1e6, 1) if self.batches else 0.0,
             "verdicts": self.verdicts,
             "bytes_on_disk": self.bytes_on_disk,
             "time_scale": c.time_scale,
@@ -314,8 +321,18 @@ class _Consumer:
         self.times = [None if t is None else base + t for t in stream.times]
         self.counts = counts
         self.done = 0.0  # perf_counter() when the last claim returned
+        #: Wall and CPU seconds the consumer's thread spent in store calls
+        #: (claims, completes, releases).
+        self.busy_seconds = 0.0
+        self.busy_cpu_seconds = 0.0
 
     def batch(self, start: int, end: int) -> None:
+        t0, c0 = time.perf_counter(), time.thread_time()
+        self._batch(start, end)
+        self.busy_seconds += time.perf_counter() - t0
+        self.busy_cpu_seconds += time.thread_time() - c0
+
+    def _batch(self, start: int, end: int) -> None:
         store, releases, counts = self.store, self.releases, self.counts
         batch = store.claim_many(
             NAMESPACE, self.keys[start:end], self.intents[start:end], event_times=self.times[start:end]
@@ -337,6 +354,12 @@ class _Consumer:
             store.release_many(NAMESPACE, released)
 
     def single(self, i: int) -> None:
+        t0, c0 = time.perf_counter(), time.thread_time()
+        self._single(i)
+        self.busy_seconds += time.perf_counter() - t0
+        self.busy_cpu_seconds += time.thread_time() - c0
+
+    def _single(self, i: int) -> None:
         store = self.store
         res = store.claim(NAMESPACE, self.keys[i], self.intents[i], event_time=self.times[i])
         self.done = time.perf_counter()
@@ -479,6 +502,8 @@ def _drive(
     stop = time.perf_counter()
     report.wall_seconds = stop - t0
     report.cpu_seconds = time.process_time() - cpu0
+    report.store_call_seconds = consumer.busy_seconds
+    report.store_call_cpu_seconds = consumer.busy_cpu_seconds
     if use0 is not None:
         use1 = resource.getrusage(resource.RUSAGE_SELF)
         report.cpu_system_seconds = use1.ru_stime - use0.ru_stime

@@ -31,12 +31,14 @@ def test_bench_json_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path, d
     assert doc["achieved_rate"] > 0 and doc["cpu_share"] > 0 and doc["bytes_on_disk"] > 0
     assert 0 <= doc["cpu_system_share"] <= doc["cpu_share"]
     assert doc["written_bytes"] >= 0 and doc["written_bytes_per_event"] >= 0
+    # One thread makes the calls: their CPU time is at most their wall time.
+    assert 0 < doc["store_call_share"] <= 1 and 0 < doc["store_call_cpu_us"] <= doc["store_call_us"] + 1
 
 
 def test_bench_table_and_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert main(["bench", "--rate", "1k", "--duration", "500ms", "--path", str(tmp_path / "s")]) == 0
     out = capsys.readouterr().out
-    assert "achieved" in out and "p99" in out and "of one core" in out
+    assert "achieved" in out and "p99" in out and "of one core" in out and "in store calls" in out
     assert main(["bench", "--rate", "fast"]) == 2
     assert "dedupstore: error:" in capsys.readouterr().err
 

@@ -157,6 +157,8 @@ def _summary(config: LoadConfig, report: LoadReport, doc: dict[str, Any]) -> lis
         ("written", f"{format_number(doc['written_bytes'])} bytes to disk, "
                     f"{format_number(doc['written_bytes_per_event'])} per event"),
         ("batches", f"{format_number(report.batches)} (mean {doc['mean_batch']} events)"),
+        ("consumer", f"in store calls {doc['store_call_share'] * 100:.1f}% of the time: "
+                     f"{doc['store_call_us']:,.0f} us per batch ({doc['store_call_cpu_us']:,.0f} us of CPU)"),
         ("verdicts", verdicts),
     ]
     ev = doc["eviction"]
