@@ -28,7 +28,10 @@ class Sustained:
         runs = {}
         for durability in self.params[0]:
             doc = run_load(LoadConfig(rate=RATE, duration=SECONDS, durability=durability)).to_dict()
-            runs[durability] = {**doc, "cpu_percent": 100.0 * doc["cpu_share"]}
+            runs[durability] = {
+                **doc, "cpu_percent": 100.0 * doc["cpu_share"],
+                "consumer_busy_percent": 100.0 * doc["store_call_share"],
+            }
         return runs
 
     track_achieved_rate = tracker("events/s", "achieved_rate")
@@ -36,6 +39,7 @@ class Sustained:
     track_p99_us = tracker("us", "p99_us")
     track_p999_us = tracker("us", "p999_us")
     track_cpu_share_percent = tracker("% of one core", "cpu_percent")
+    track_consumer_busy_percent = tracker("% of the time", "consumer_busy_percent")
     track_eviction_lag_max_s = tracker("store-clock s", "eviction", "lag_seconds_max")
     track_bytes_on_disk = tracker("bytes", "bytes_on_disk")
     track_written_bytes_per_event = tracker("bytes", "written_bytes_per_event")
