@@ -173,6 +173,13 @@ int ds_gsync_switch(ds_gsync *g, int fd, uint64_t base)
 {
     int rc;
     pthread_mutex_lock(&g->mu);
+    /* Ask for everything appended, waited for or not: while another writer's
+     * fdatasync runs, this sleeps until the next one returns, and the next
+     * one starts only for what someone asked for. */
+    uint64_t end = atomic_load(&g->appended);
+    if (end > g->requested) {
+        g->requested = end;
+    }
     while (!g->err && g->synced < atomic_load(&g->appended) && !g->exited) {
         if (!g->syncing) {
             sync_once(g);

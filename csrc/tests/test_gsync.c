@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,8 +224,87 @@ static void test_stop_covers_what_was_appended(void)
     unlink(path);
 }
 
+struct churn {
+    int fd;
+    ds_gsync *g;
+    pthread_mutex_t *lock; /* the journal's append lock */
+    uint64_t *end;
+    atomic_int stop;
+    int failures;
+};
+
+static void *durable_writer(void *arg)
+{
+    struct churn *c = arg;
+    char rec[64];
+    memset(rec, 'd', sizeof rec);
+    while (!atomic_load(&c->stop)) {
+        pthread_mutex_lock(c->lock);
+        if (write(c->fd, rec, sizeof rec) != (ssize_t)sizeof rec) {
+            c->failures++;
+        }
+        *c->end += sizeof rec;
+        uint64_t mark = *c->end;
+        ds_gsync_appended(c->g, mark);
+        pthread_mutex_unlock(c->lock);
+        int waited;
+        if (ds_gsync_wait(c->g, mark, &waited) != 0) {
+            c->failures++;
+        }
+    }
+    return NULL;
+}
+
+/* Appends nobody waits for (maintenance), then a file switch while another
+ * writer's fdatasync runs: the switch must get the rest synced itself (it
+ * once slept for an fdatasync nobody had asked for, holding the journal's
+ * lock, and every writer hung behind it). A hang fails the test by alarm. */
+static void test_a_switch_during_a_sync_covers_unrequested_appends(void)
+{
+    char p1[512], p2[512];
+    int fds[2] = {temp_file(p1, sizeof p1), temp_file(p2, sizeof p2)};
+    ds_gsync g;
+    CHECK_EQ(ds_gsync_init(&g, fds[0]), 0);
+    pthread_mutex_t lock;
+    pthread_mutex_init(&lock, NULL);
+    uint64_t end = 0;
+    struct churn c = {.fd = fds[0], .g = &g, .lock = &lock, .end = &end, .stop = 0, .failures = 0};
+    pthread_t t;
+    pthread_create(&t, NULL, durable_writer, &c);
+    alarm(60);
+    for (int i = 0; i < 300; i++) {
+        pthread_mutex_lock(&lock);
+        char rec[32];
+        memset(rec, 'm', sizeof rec);
+        if (write(c.fd, rec, sizeof rec) != (ssize_t)sizeof rec) {
+            c.failures++;
+        }
+        end += sizeof rec;
+        ds_gsync_appended(&g, end); /* maintenance: appended, nobody waits */
+        int next = fds[(i + 1) % 2];
+        CHECK_EQ(ds_gsync_switch(&g, next, end), 0);
+        c.fd = next;
+        uint64_t a, s, n, busy;
+        ds_gsync_state(&g, &a, &s, &n, &busy);
+        CHECK(s >= end); /* everything appended before the switch was synced */
+        pthread_mutex_unlock(&lock);
+    }
+    alarm(0);
+    atomic_store(&c.stop, 1);
+    pthread_join(t, NULL);
+    CHECK_EQ(c.failures, 0);
+    ds_gsync_stop(&g);
+    ds_gsync_destroy(&g);
+    pthread_mutex_destroy(&lock);
+    close(fds[0]);
+    close(fds[1]);
+    unlink(p1);
+    unlink(p2);
+}
+
 int main(void)
 {
+    test_a_switch_during_a_sync_covers_unrequested_appends();
     test_wait_covers();
     test_writers_share_syncs();
     test_switch_syncs_the_old_file_first();
