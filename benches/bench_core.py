@@ -50,6 +50,9 @@ from typing import Any
 
 import lmdb
 
+# benches/ is this script's directory, so the asv suite's helpers import as a package.
+from asv_suite.common import run_threads
+
 import dedupstore
 from dedupstore import DedupStore, Status
 from dedupstore.loadgen import block_device_stat, sectors_written
@@ -637,34 +640,6 @@ def bench_aged(ws: Workspace, rng: random.Random, p: dict[str, int], value: byte
 # ------------------------------------------------------------- (d) threads
 
 
-def run_threads(n_threads: int, work: list[list[bytes]], fn: Callable[[bytes], Any]) -> tuple[float, float]:
-    barrier = threading.Barrier(n_threads + 1)
-    errors: list[BaseException] = []
-
-    def body(keys: list[bytes]) -> None:
-        try:
-            barrier.wait()
-            for k in keys:
-                fn(k)
-        except BaseException as exc:  # reported after the run
-            errors.append(exc)
-
-    threads = [threading.Thread(target=body, args=(work[i],)) for i in range(n_threads)]
-    for th in threads:
-        th.start()
-    gc.collect()
-    c0 = time.process_time()
-    barrier.wait()
-    t0 = time.perf_counter()
-    for th in threads:
-        th.join()
-    wall = time.perf_counter() - t0
-    cpu = time.process_time() - c0
-    if errors:
-        raise errors[0]
-    return wall, cpu
-
-
 def threads_ours(
     ws: Workspace, rng: random.Random, n_threads: int, per_thread: int, partitions: int | None, warmup: int
 ) -> dict[str, float]:
@@ -678,7 +653,7 @@ def threads_ours(
         syncs0 = store.stats()["journal_syncs"]
         busy0 = store.stats()["journal_sync_seconds"]
         claim = store.claim
-        wall, cpu = run_threads(n_threads, work, lambda k: claim(NS, k))
+        wall, cpu = run_threads(work, lambda k: claim(NS, k))
         n = n_threads * per_thread
         got = delta(verdicts(store), before)
         if got != {"NEW": n}:
@@ -705,7 +680,7 @@ def threads_raw(ws: Workspace, rng: random.Random, n_threads: int, per_thread: i
             with env.begin(write=True) as txn:
                 txn.put(k, value, overwrite=False)
 
-        wall, cpu = run_threads(n_threads, work, one)
+        wall, cpu = run_threads(work, one)
         n = n_threads * per_thread
         return {
             "claims_per_s": n / wall, "cpu_share": cpu / wall, "claims_per_commit": 1.0, "claims_per_sync": 1.0,

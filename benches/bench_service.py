@@ -45,6 +45,9 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
+# benches/ is this script's directory, so the asv suite's helpers import as a package.
+from asv_suite.common import serve_process
+
 import dedupstore
 from dedupstore import DedupStore, Status
 from dedupstore.client import AsyncDedupClient, DedupClient
@@ -86,21 +89,8 @@ def dedup_server(durability: str, workdir: str) -> Iterator[str]:
     path = os.path.join(workdir, f"store-{durability}")
     with DedupStore.open(path, durability=durability) as store:
         store.ensure_namespace(NS, horizon="12h", lease="5m")
-    exe = shutil.which("dedupstore", path=os.path.dirname(sys.executable)) or "dedupstore"
-    proc = subprocess.Popen(
-        [exe, "serve", "--path", path, "--listen", "127.0.0.1:0", "--durability", durability, "--json"],
-        stdout=subprocess.PIPE, text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line:
-        proc.wait()
-        raise SystemExit("bench_service: dedupstore serve did not start")
-    try:
-        yield json.loads(line)["listen"]
-    finally:
-        proc.terminate()
-        proc.communicate(timeout=60)
+    with serve_process(path, durability) as target:
+        yield target
 
 
 @contextmanager

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import gc
+import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from dedupstore import DedupStore
@@ -85,3 +91,57 @@ def tracker(unit: str, *path: str) -> Callable[..., float]:
 
     track.unit = unit  # type: ignore[attr-defined]
     return track
+
+
+def run_threads(work: Sequence[Sequence[Any]], fn: Callable[[Any], Any]) -> tuple[float, float]:
+    """One thread per list of ``work``, each calling ``fn`` on every item,
+    all let go at once: (wall seconds, process CPU seconds) until the last
+    is done. The first error of any thread is raised after the run. (Also
+    used by benches/bench_core.py, section d.)"""
+    barrier = threading.Barrier(len(work) + 1)
+    errors: list[BaseException] = []
+
+    def body(items: Sequence[Any]) -> None:
+        try:
+            barrier.wait()
+            for item in items:
+                fn(item)
+        except BaseException as exc:  # reported after the run
+            errors.append(exc)
+
+    threads = [threading.Thread(target=body, args=(w,)) for w in work]
+    for th in threads:
+        th.start()
+    gc.collect()
+    c0 = time.process_time()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for th in threads:
+        th.join()
+    wall = time.perf_counter() - t0
+    cpu = time.process_time() - c0
+    if errors:
+        raise errors[0]
+    return wall, cpu
+
+
+@contextmanager
+def serve_process(path: str, durability: str) -> Iterator[str]:
+    """``dedupstore serve`` on the store at ``path``, in a process of its
+    own on a free loopback port, until the block ends: yields its address.
+    (Also used by benches/bench_service.py.)"""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dedupstore", "serve", "--path", path, "--listen", "127.0.0.1:0",
+         "--durability", durability, "--json"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        proc.wait()
+        raise RuntimeError("dedupstore serve did not start")
+    try:
+        yield json.loads(line)["listen"]
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)

@@ -9,12 +9,9 @@ time, so a figure is the round trip plus the store's work.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from typing import Any
@@ -22,7 +19,7 @@ from typing import Any
 from dedupstore import DedupStore, Status
 from dedupstore.client import DedupClient
 
-from .common import HORIZON_S, NS, keys, size, tracker
+from .common import HORIZON_S, NS, keys, serve_process, size, tracker
 
 UNARY_CALLS = size(2000, 20)
 BATCHES = size(200, 2)
@@ -30,28 +27,13 @@ BATCH = 100
 ROUNDS = size(3, 1)
 
 
-def _serve(path: str, durability: str) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dedupstore", "serve", "--path", path, "--listen", "127.0.0.1:0",
-         "--durability", durability, "--json"],
-        stdout=subprocess.PIPE, text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line:
-        proc.wait()
-        raise RuntimeError("dedupstore serve did not start")
-    return proc, json.loads(line)["listen"]
-
-
 def measure_service(durability: str) -> dict[str, float]:
     workdir = tempfile.mkdtemp(prefix="dedupstore-asv-service-")
     path = os.path.join(workdir, "store")
     with DedupStore.open(path, durability=durability) as store:
         store.ensure_namespace(NS, horizon=HORIZON_S, lease="1d")
-    proc, target = _serve(path, durability)
     try:
-        with DedupClient(target) as client:
+        with serve_process(path, durability) as target, DedupClient(target) as client:
             client.lookup(NS, "connect")  # the channel is up before anything is timed
             source = keys(f"svc-{durability}")
             unary, batch = [], []
@@ -69,8 +51,6 @@ def measure_service(durability: str) -> dict[str, float]:
                         raise RuntimeError("a batch of new keys was not all NEW")
                 batch.append(BATCHES * BATCH / (time.perf_counter() - t))
     finally:
-        proc.terminate()
-        proc.communicate(timeout=60)
         shutil.rmtree(workdir, ignore_errors=True)
     return {
         "claim_calls_per_s": round(statistics.median(unary), 1),

@@ -11,10 +11,8 @@ measurement as section (d) of benches/bench_core.py, tracked per commit.
 from __future__ import annotations
 
 import statistics
-import threading
-import time
 
-from .common import NS, TempStore, keys, size, tracker
+from .common import NS, TempStore, keys, run_threads, size, tracker
 
 CLAIMS_PER_THREAD = size(2500, 50)
 ROUNDS = size(3, 1)
@@ -30,28 +28,8 @@ def _round(n_threads: int) -> tuple[float, float, float]:
         for k in [next(source) for _ in range(200)]:  # each partition's first commit is checkpointed
             store.claim(NS, k)
         work = [[next(source) for _ in range(CLAIMS_PER_THREAD)] for _ in range(n_threads)]
-        barrier = threading.Barrier(n_threads + 1)
-        errors: list[BaseException] = []
-
-        def body(ks: list[str]) -> None:
-            try:
-                barrier.wait()
-                for k in ks:
-                    store.claim(NS, k)
-            except BaseException as exc:  # reported after the run
-                errors.append(exc)
-
-        threads = [threading.Thread(target=body, args=(w,)) for w in work]
-        for th in threads:
-            th.start()
         before = store.stats()
-        barrier.wait()
-        t0 = time.perf_counter()
-        for th in threads:
-            th.join()
-        wall = time.perf_counter() - t0
-        if errors:
-            raise errors[0]
+        wall, _ = run_threads(work, lambda k: store.claim(NS, k))
         after = store.stats()
     finally:
         tmp.close()
