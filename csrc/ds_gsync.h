@@ -14,9 +14,9 @@
  * no hand-off); when one returns and writers wait for records it did not
  * cover, the thread runs the next at once. Why in C, with a thread: when the
  * fdatasync was run by one of the waiting Python threads, the next one could
- * only start once that thread had been woken and had taken the GIL back,
- * which on a busy two-core machine was about as long as the fdatasync
- * itself. Nothing here takes the GIL.
+ * only start once that thread had been woken and had taken the GIL back
+ * (benches/bench_core.py --only d measures the difference: docs/benchmarks.md).
+ * Nothing here takes the GIL.
  *
  * Positions are logical: bytes appended since the syncer was made, across
  * file switches (ds_gsync_switch), so that a writer's mark stays comparable
