@@ -48,10 +48,9 @@ static void sync_once(ds_gsync *g)
 }
 
 /* The condition a writer waiting for ``mark`` sleeps on while a sync runs:
- * the running one's if it covers the mark, else the next one's. Writers
- * waiting for the next sync are not woken by this one's return (8 threads
- * woken per fdatasync, half of them to sleep again, cost more wake-ups and
- * GIL hand-offs than the fdatasync took). */
+ * the running one's if it covers the mark, else the next one's, so that a
+ * return wakes only the writers it covered, not also those who would only
+ * go back to sleep until the next. */
 static pthread_cond_t *done_for(ds_gsync *g, uint64_t mark)
 {
     return &g->done[(mark <= g->target ? g->started : g->started + 1) & 1];
