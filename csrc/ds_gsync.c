@@ -101,7 +101,7 @@ int ds_gsync_init(ds_gsync *g, int fd)
     g->exited = 0;
     g->syncing = 0;
     atomic_init(&g->appended, 0);
-    g->requested = g->synced = g->base = g->syncs = g->started = g->target = g->busy_ns = 0;
+    g->requested = g->synced = g->syncs = g->started = g->target = g->busy_ns = 0;
     if ((e = pthread_mutex_init(&g->mu, NULL)) != 0) {
         return e;
     }
@@ -187,7 +187,6 @@ int ds_gsync_switch(ds_gsync *g, int fd, uint64_t base)
         pthread_cond_wait(done_for(g, atomic_load(&g->appended)), &g->mu);
     }
     g->fd = fd;
-    g->base = base;
     if (base > atomic_load(&g->appended)) {
         /* Nothing of the new file is appended yet: everything before it counts as synced. */
         atomic_store(&g->appended, base);

@@ -51,7 +51,6 @@ typedef struct ds_gsync {
     _Atomic uint64_t appended;
     uint64_t requested;  /* the furthest position a writer waits for */
     uint64_t synced;     /* logical end an fdatasync that returned covered */
-    uint64_t base;       /* logical position of the current file's offset 0 */
     uint64_t syncs;      /* fdatasyncs that returned 0 */
     uint64_t started;    /* fdatasyncs started; the running one is the started-th */
     uint64_t target;     /* logical end the running (or last) fdatasync covers */

@@ -327,8 +327,14 @@ class _Consumer:
         self.busy_cpu_seconds = 0.0
 
     def batch(self, start: int, end: int) -> None:
+        self._timed(self._batch, start, end)
+
+    def single(self, i: int) -> None:
+        self._timed(self._single, i)
+
+    def _timed(self, call: Callable[..., None], *args: int) -> None:
         t0, c0 = time.perf_counter(), time.thread_time()
-        self._batch(start, end)
+        call(*args)
         self.busy_seconds += time.perf_counter() - t0
         self.busy_cpu_seconds += time.thread_time() - c0
 
@@ -352,12 +358,6 @@ class _Consumer:
             store.complete_many(NAMESPACE, completes)
         if released:
             store.release_many(NAMESPACE, released)
-
-    def single(self, i: int) -> None:
-        t0, c0 = time.perf_counter(), time.thread_time()
-        self._single(i)
-        self.busy_seconds += time.perf_counter() - t0
-        self.busy_cpu_seconds += time.thread_time() - c0
 
     def _single(self, i: int) -> None:
         store = self.store

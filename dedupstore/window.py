@@ -15,7 +15,7 @@ only writer therefore opens a *window* on it:
   (:func:`settle`) and waits (:class:`WindowBusy`).
 - Each call decides against an :class:`dedupstore._native.Overlay` (a read
   snapshot under this process's unapplied writes), appends what it wrote as
-  one journal-format record to the segment with ``write()`` (in the kernel
+  one journal-format record to the segment with ``pwrite()`` (in the kernel
   once it returns: a killed process loses nothing), and returns. No LMDB
   transaction, no lock another process waits on.
 - Every ``apply_interval`` (the store's flusher thread), before any other
