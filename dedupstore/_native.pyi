@@ -1,5 +1,5 @@
 # Type stubs for the compiled dedupstore._native (checked by mypy.stubtest in the test command).
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from typing_extensions import disjoint_base
@@ -38,7 +38,6 @@ def split_unresolved_key(ukey: bytes) -> tuple[int, bytes]: ...
 def claim_batch(
     space: Space,
     order: list[int],
-    txn: Any,
     keys: list[bytes],
     digests: list[Any],
     now: int,
@@ -47,24 +46,25 @@ def claim_batch(
     claimant: object,
     results: list[Any],
     write: bool,
+    txn: Any,
 ) -> list[int]: ...
 
 def batch_columns(
     results: list[Any], status_by_code: tuple[Any, ...], leased: tuple[bool, ...]
 ) -> tuple[list[Any], list[int | None], list[float | None]]: ...
-def tally(rows: Any, counts: list[int]) -> tuple[int, int]: ...
+def tally(rows: Any, counts: list[int]) -> None: ...
 def complete_batch(
     space: Space,
     order: list[int],
-    txn: Any,
     keys: list[bytes],
     tokens: list[int],
     outcomes: list[bytes],
     now: int,
     results: list[Any],
+    txn: Any,
 ) -> None: ...
 def release_batch(
-    space: Space, order: list[int], txn: Any, keys: list[bytes], tokens: list[int], now: int, results: list[Any]
+    space: Space, order: list[int], keys: list[bytes], tokens: list[int], now: int, results: list[Any], txn: Any
 ) -> None: ...
 
 @disjoint_base
@@ -77,6 +77,9 @@ class Hasher:
         self, ns_prefix: bytes, keys: Sequence[Any], partitions: int
     ) -> tuple[list[bytes], dict[int, list[int]]]: ...
     def intent_digest(self, intent: object, fields: tuple[str, ...] | None = None) -> bytes | None: ...
+    def intent_digests(
+        self, intents: Iterable[object], fields: tuple[str, ...] | None = None
+    ) -> list[bytes | None]: ...
 
 @disjoint_base
 class Space:

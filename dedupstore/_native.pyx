@@ -137,6 +137,16 @@ cdef class Hasher:
             return None
         return self.digest(canon)
 
+    def intent_digests(self, intents, tuple fields=None):
+        """:meth:`intent_digest` of each of ``intents``, as a list (one call
+        for a batch)."""
+        cdef list out = []
+        cdef bytes canon
+        for intent in intents:
+            canon = None if intent is None else canonical_intent(intent, fields)
+            out.append(None if canon is None else self.digest(canon))
+        return out
+
 
 def key_bytes(object key) -> bytes:
     """The key as bytes, checked against the 1..400-byte limit."""
@@ -858,10 +868,11 @@ cdef class Space:
         txn.put(ukey, stored, False, True, False, self.pending)
         return (DS_OP_APPLY, stored, UNRESOLVED_GEN)
 
-def claim_batch(Space space, list order, txn, list keys, list digests, int64_t now, int64_t lease,
-                list event_times, object claimant, list results, bint write):
+def claim_batch(Space space, list order, list keys, list digests, int64_t now, int64_t lease,
+                list event_times, object claimant, list results, bint write, txn):
     """Run claims ``order`` (indexes into the other lists), all of keys in
-    ``space``, in one transaction, storing each verdict tuple at
+    ``space``, in one transaction ``txn`` (last, so that a partial of the
+    rest takes it positionally), storing each verdict tuple at
     ``results[i]``; with ``write`` false, indexes that need a write are left
     as None and returned."""
     cdef list todo = []
@@ -912,12 +923,17 @@ def batch_columns(list results, tuple status_by_code, tuple leased):
 
 
 def tally(rows, list counts):
-    """Add verdict tuples ``rows`` to ``counts`` (indexed by status code);
-    returns (repeats with another event id, duplicates of the same event),
-    the two kinds of repeat stats() tells apart."""
+    """Add verdict tuples ``rows`` to ``counts``: indexed by status code,
+    then (the two kinds of repeat stats() tells apart) repeats with another
+    event id at ``counts[-2]`` and duplicates of the same event at
+    ``counts[-1]``. Runs with the GIL held and calls no Python code, so no
+    other thread sees the counts half-updated."""
     cdef long other = 0, same = 0
     cdef tuple res
     cdef int code
+    cdef Py_ssize_t n = len(counts)
+    if n < 2 + DS_BEYOND_HORIZON + 1:
+        raise ValueError("tally() needs a counts list of every status code and two more")
     for res in rows:
         code = res[0]
         counts[code] += 1
@@ -925,13 +941,15 @@ def tally(rows, list counts):
             other += 1
         elif code == DS_DUPLICATE:
             same += 1
-    return other, same
+    counts[n - 2] += other
+    counts[n - 1] += same
 
 
-def complete_batch(Space space, list order, txn, list keys, list tokens, list outcomes, int64_t now,
-                   list results):
+def complete_batch(Space space, list order, list keys, list tokens, list outcomes, int64_t now,
+                   list results, txn):
     """Run completions ``order``, all of keys in ``space``, in one
-    transaction; ``results[i]`` gets (op code, raw record, generation)."""
+    transaction (last, as for :func:`claim_batch`); ``results[i]`` gets (op
+    code, raw record, generation)."""
     cdef Py_ssize_t i
     cdef object get = txn.get
     cdef gen_state gs
@@ -941,9 +959,9 @@ def complete_batch(Space space, list order, txn, list keys, list tokens, list ou
         results[i] = space._complete(txn, get, keys[i], tokens[i], outcomes[i], now, top, &gs)
 
 
-def release_batch(Space space, list order, txn, list keys, list tokens, int64_t now, list results):
-    """Run releases ``order``, all of keys in ``space``, in one transaction;
-    ``results[i]`` gets the op code."""
+def release_batch(Space space, list order, list keys, list tokens, int64_t now, list results, txn):
+    """Run releases ``order``, all of keys in ``space``, in one transaction
+    (last, as for :func:`claim_batch`); ``results[i]`` gets the op code."""
     cdef Py_ssize_t i
     for i in order:
         results[i] = space.release(txn, keys[i], tokens[i], now)

@@ -346,14 +346,18 @@ class _Consumer:
         self.done = time.perf_counter()
         completes: list[tuple[bytes | str, int, bytes | str]] = []
         released: list[tuple[bytes | str, int]] = []
-        for i, res in enumerate(batch, start):
-            counts[res.status] += 1
-            if res.token is None:
+        # The columns, not a ClaimResult per key: what a consumer that only
+        # needs verdicts and tokens reads (BatchResult's docstring).
+        for status in batch.statuses:
+            counts[status] += 1
+        keys = self.keys
+        for i, token in enumerate(batch.tokens, start):
+            if token is None:
                 continue
             if releases[i]:
-                released.append((res.key, res.token))
+                released.append((keys[i], token))
             else:
-                completes.append((res.key, res.token, b"ok"))
+                completes.append((keys[i], token, b"ok"))
         if completes:
             store.complete_many(NAMESPACE, completes)
         if released:

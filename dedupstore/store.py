@@ -73,6 +73,13 @@ from .window import CLOSED, W_KEY, WLOG_DIR, Owner, Window, WindowBusy, collect_
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# The batch calls' per-partition ops: partials of these, positional (a
+# partial with keywords costs a keyword parse per call), the txn last.
+partial = functools.partial
+_claim_batch = _native.claim_batch
+_complete_batch = _native.complete_batch
+_release_batch = _native.release_batch
+
 MAX_CLAIMANT_BYTES = 128
 MAX_EVENT_ID_BYTES = 128
 MAX_BATCH = 100_000
@@ -192,7 +199,7 @@ class _Partition:
 
     def __init__(
         self, root: Path, index: int, info: StoreInfo, map_size: int, hasher: _native.Hasher,
-        journal: Journal | None, trickle: Callable[[], Any] | None = None, write_behind: bool = False,
+        journal: Journal | None, trickle: Callable[[], Any] | None = None, apply_s: float = 0.0,
     ) -> None:
         path = partition_dir(root, index)
         if not path.is_dir():
@@ -258,14 +265,14 @@ class _Partition:
         except BaseException:
             self.ckpt.close()
             raise
-        #: This process's write-behind window (dedupstore/window.py); in sync
-        #: mode its calls are journaled.
+        #: This process's write-behind window (dedupstore/window.py), applied
+        #: every ``apply_s``; in sync mode its calls are journaled.
         self.window = (
             Window(
                 self.env, self.dbs, root, index, self.ckpt.other_writers, self.checkpointer.checkpoint,
-                journal=journal,
+                journal=journal, apply_s=apply_s,
             )
-            if write_behind else None
+            if apply_s > 0 else None
         )
         # sync: each group commit is journaled and the journal fdatasynced
         # before its callers return (dedupstore/journal.py).
@@ -442,7 +449,7 @@ class DedupStore:
                 )
             _open_stores[ident] = weakref.ref(self)
         try:
-            self._init(root, ident, partitions, durability, bloom, clock, map_size, apply_s > 0)
+            self._init(root, ident, partitions, durability, bloom, clock, map_size, apply_s)
             self._start_evictor(float(eviction_rate), eviction_batch)
             self._start_flusher(interval, apply_s)
         except BaseException:
@@ -453,7 +460,7 @@ class DedupStore:
 
     def _init(
         self, root: Path, ident: tuple[int, int], partitions: int | None, durability: str, bloom: bool,
-        clock: Callable[[], float], map_size: int, write_behind: bool,
+        clock: Callable[[], float], map_size: int, apply_s: float,
     ) -> None:
         self._dead: str | None = None
         self._root = root
@@ -476,11 +483,10 @@ class DedupStore:
             with recovery_lock(root):
                 if durability == "sync":
                     self._journal = Journal(root, boot)
-                wb = write_behind
                 for i in range(self._info.partitions):
                     self._parts.append(
                         _Partition(
-                            root, i, self._info, map_size, self._hasher, self._journal, self._trickle_due.set, wb
+                            root, i, self._info, map_size, self._hasher, self._journal, self._trickle_due.set, apply_s
                         )
                     )
                 clear_other_boots(root, boot)
@@ -501,10 +507,9 @@ class DedupStore:
         self._bloom_tag = _native.BloomFilter.hasher_tag(self._hasher)
         self._ns: dict[str, _Namespace] = {}
         self._ns_lock = threading.Lock()
-        self._counts_lock = threading.Lock()
-        self._counts = [0] * len(STATUS_BY_CODE)  # by native status code
-        self._same_event_duplicates = 0
-        self._other_event_repeats = 0
+        #: Verdicts by native status code, then repeats with another event id
+        #: and duplicates of the same event (updated by _native.tally alone).
+        self._counts = [0] * (len(STATUS_BY_CODE) + 2)
         self._pool: ThreadPoolExecutor | None = None
         self._evict_batch = DEFAULT_EVICTION_BATCH
         self._evictor: threading.Thread | None = None
@@ -766,11 +771,9 @@ class DedupStore:
     # ------------------------------------------------------------------- claims
 
     def _tally(self, rows: Iterable[tuple[Any, ...]]) -> None:
-        # One lock round per call, not per key: claim_many counts a whole batch at once.
-        with self._counts_lock:
-            other, same = _native.tally(rows, self._counts)
-            self._other_event_repeats += other
-            self._same_event_duplicates += same
+        # No lock: the native tally holds the GIL throughout and calls no
+        # Python code, so it is atomic for every other thread.
+        _native.tally(rows, self._counts)
 
     @staticmethod
     def _result(res: tuple[Any, ...], namespace: str, kb: bytes, gen: int, now: int) -> ClaimResult:
@@ -848,11 +851,7 @@ class DedupStore:
         if event_times is not None and len(event_times) != n:
             raise InvalidInputError(f"event_times must have one entry per key ({n}); got {len(event_times)}")
         kbs, groups = self._hasher.route_keys(ns.prefix, keys, self._nparts)
-        if intents is None:
-            digests: list[bytes | None] = [None] * n
-        else:
-            digest = self._hasher.intent_digest
-            digests = [None if it is None else digest(it, ns.fields) for it in intents]
+        digests = [None] * n if intents is None else self._hasher.intent_digests(intents, ns.fields)
         ets = None
         if event_times is not None:
             ets = [None if t is None else _time_us(t, "event_time") for t in event_times]
@@ -864,17 +863,13 @@ class DedupStore:
         # something, and a partition whose keys all turn out to be duplicates
         # commits nothing, so pays no fsync. A read-only pass first would probe
         # every key twice.
-        writes: list[tuple[_Partition, Callable[[Any], Any]]] = [
+        self._write_partitions([
             (
                 self._parts[p],
-                functools.partial(
-                    _native.claim_batch, ns.spaces[p], order, keys=kbs, digests=digests, now=now, lease=lease_us,
-                    event_times=ets, claimant=cl, results=results, write=True,
-                ),
+                partial(_claim_batch, ns.spaces[p], order, kbs, digests, now, lease_us, ets, cl, results, True),
             )
             for p, order in groups.items()
-        ]
-        self._write_partitions(writes)
+        ])
         self._tally(results)
         statuses, tokens, retry = _native.batch_columns(results, STATUS_BY_CODE, LEASED_CODES)
         result = self._result
@@ -902,14 +897,20 @@ class DedupStore:
         all of them. Handing partitions to threads costs more in wake-ups and
         GIL hand-offs than it overlaps (docs/benchmarks.md). Every partition
         is written even if one fails; the first error is raised."""
+        if len(writes) == 1:  # the common case of a small batch: one partition
+            part, op = writes[0]
+            if part.window is None or part.window.run(op) is CLOSED:
+                part.committer.run(op)
+            return
         first: BaseException | None = None
-        journal = self._journal if len(writes) > 1 else None
+        journal = self._journal
         marks = []
-        behind = False  # a sync-mode window took a write: the journal is synced below
+        behind: list[Window] = []  # sync-mode windows that took a write: the journal is synced below
         for part, op in writes:
             try:
                 if part.window is not None and part.window.run(op, sync=journal is None) is not CLOSED:
-                    behind = behind or journal is not None
+                    if journal is not None:
+                        behind.append(part.window)
                     continue
                 if journal is None:
                     part.committer.run(op)
@@ -935,6 +936,8 @@ class DedupStore:
                 first = first or exc
         if first is not None:
             raise first
+        for window in behind:
+            window.apply_if_due()  # as Window.run does after its own sync
 
     def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:
@@ -1021,10 +1024,7 @@ class DedupStore:
         results: list[Any] = [None] * len(items)
         self._write_partitions(
             [
-                (self._parts[p], functools.partial(
-                    _native.complete_batch, ns.spaces[p], order, keys=kbs, tokens=toks, outcomes=outs, now=now,
-                    results=results,
-                ))
+                (self._parts[p], partial(_complete_batch, ns.spaces[p], order, kbs, toks, outs, now, results))
                 for p, order in groups.items()
             ]
         )
@@ -1040,9 +1040,7 @@ class DedupStore:
         results: list[Any] = [None] * len(items)
         self._write_partitions(
             [
-                (self._parts[p], functools.partial(
-                    _native.release_batch, ns.spaces[p], order, keys=kbs, tokens=toks, now=now, results=results,
-                ))
+                (self._parts[p], partial(_release_batch, ns.spaces[p], order, kbs, toks, now, results))
                 for p, order in groups.items()
             ]
         )
@@ -1110,12 +1108,12 @@ class DedupStore:
     def stats(self) -> dict[str, Any]:
         """Figures for operators: verdicts, commits, storage and per-namespace state."""
         self._check()
-        with self._counts_lock:
-            verdicts = {s.name: 0 for s in Status}
-            for code, n in enumerate(self._counts):
-                if code:
-                    verdicts[STATUS_BY_CODE[code].name] += n
-            same, other = self._same_event_duplicates, self._other_event_repeats
+        counts = list(self._counts)  # one copy, taken atomically
+        verdicts = {s.name: 0 for s in Status}
+        for code, n in enumerate(counts[: len(STATUS_BY_CODE)]):
+            if code:
+                verdicts[STATUS_BY_CODE[code].name] += n
+        other, same = counts[-2:]
         parts = []
         total_bytes = 0
         for p in self._parts:

@@ -305,6 +305,7 @@ class Window:
     def __init__(
         self, env: lmdb.Environment, dbs: dict[int, Any], root: Path, index: int,
         others: Callable[[], bool], checkpoint_now: Callable[[], Any], journal: Journal | None = None,
+        apply_s: float = 0.0,
     ) -> None:
         self.lock = threading.Lock()
         #: Held through every apply, and by the committer around its
@@ -322,6 +323,10 @@ class Window:
         self._checkpoint = checkpoint_now  # moves the pin before a retry when the map is full
         self._boot = checkpoint.boot_id()
         self._journal = journal
+        #: How often the overlay is applied (0: only when the flusher ticks),
+        #: and when next: see :meth:`run`.
+        self._apply_s = apply_s
+        self._apply_at = 0.0
         self._stem = (
             f"p{index:03d}.{self._boot.hex()}.{os.getpid()}.{uuid.uuid4().hex[:8]}" if journal is None
             else f"p{index:03d}.{journal.owner}"
@@ -403,7 +408,33 @@ class Window:
                         self.applying.release()
         if mark is not None and sync:
             self._journal.sync(mark)  # type: ignore[union-attr]
+        if sync:
+            self.apply_if_due()
         return result
+
+    def apply_if_due(self) -> None:
+        """After a call (and its journal sync): apply the overlay if it is
+        due, in the caller's thread.
+
+        The flusher's tick only applies what no call came for. A background
+        apply needs the GIL back after each of its LMDB calls, and while a
+        caller runs, every GIL release of that caller woke the waiting
+        flusher in vain (a futex wake each) until the interpreter's switch
+        interval forced a hand-over (docs/benchmarks.md)."""
+        if not self._apply_s or time.monotonic() < self._apply_at:
+            return
+        self._apply_at = time.monotonic() + self._apply_s
+        if not self.applying.acquire(blocking=False):
+            return  # being applied already
+        try:
+            if not self._others():
+                self._apply_behind()
+        except Exception:  # noqa: S110 - reported by the flusher's retry
+            # This call is acknowledged: an apply that failed is the
+            # flusher's to retry and report, at its next tick.
+            pass
+        finally:
+            self.applying.release()
 
     def read(self, op: Callable[[Any], Any]) -> Any:
         """``op(overlay)`` for a read that must see this process's unapplied
@@ -430,7 +461,8 @@ class Window:
                 with self.lock:
                     if self.active:
                         self._apply(closing=True)
-            else:
+            elif time.monotonic() >= self._apply_at:
+                self._apply_at = time.monotonic() + self._apply_s
                 self._apply_behind()
 
     def close(self) -> None:
@@ -521,6 +553,7 @@ class Window:
         self._based(snapshot)
         self.active = True
         self.opened += 1
+        self._apply_at = time.monotonic() + self._apply_s
         if self._journal is not None:
             # A commit of another process's that came before ours may have
             # been neither journaled nor checkpointed (its maintenance, say);

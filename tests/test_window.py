@@ -260,6 +260,63 @@ def test_calls_go_on_while_an_apply_writes_lmdb_and_see_what_it_applies(
         assert rec is not None and rec.outcome == b"done" and s.lookup("n", "late") is not None
 
 
+@pytest.mark.parametrize("durability", ["flush", "sync"])
+def test_a_call_that_finds_the_overlay_due_applies_it_in_its_own_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str
+) -> None:
+    import threading
+
+    with DedupStore.open(tmp_path / "s", durability=durability, partitions=1, apply_interval=1.0) as s:
+        s.ensure_namespace("n")
+        s.claim("n", "a")
+        win = s._parts[0].window
+        assert win is not None and len(win.overlay or ()) > 0, "applied before it was due"
+        threads: list[str] = []
+        real = window.Window._apply_behind
+
+        def spy(self: window.Window) -> None:
+            threads.append(threading.current_thread().name)
+            real(self)
+
+        monkeypatch.setattr(window.Window, "_apply_behind", spy)
+        monkeypatch.setattr(win, "_apply_at", 0.0)  # due now
+        assert s.claim_many("n", ["b", "c"]).statuses == [Status.NEW, Status.NEW]
+        assert threads == [threading.current_thread().name]
+        assert len(win.overlay or ()) == 0
+        ns = s._namespace("n")
+        with s._parts[0].env.begin() as txn:
+            for key in (b"a", b"b", b"c"):
+                assert ns.spaces[0].lookup(txn, key, s._now_us()) is not None, key
+        s.claim("n", "d")  # the next apply is an interval away again
+        assert threads == [threading.current_thread().name] and len(win.overlay or ()) > 0
+
+
+def test_a_call_whose_apply_fails_is_still_acknowledged_and_applied_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
+        s.ensure_namespace("n")
+        win = s._parts[0].window
+        s.claim("n", "a")
+        assert win is not None
+        real = window.Window._commit
+
+        def fails(self: window.Window, changes: Any, owner: Any) -> None:
+            raise OSError("disk went away")
+
+        monkeypatch.setattr(window.Window, "_commit", fails)
+        monkeypatch.setattr(win, "_apply_at", 0.0)
+        b = s.claim("n", "b")  # its apply fails after it is logged: the call stands
+        assert b.status is Status.NEW and len(win.overlay or ()) > 0
+        monkeypatch.setattr(window.Window, "_commit", real)
+        s.complete("n", "b", b.token, b"done")
+        win.apply()
+        assert len(win.overlay or ()) == 0
+    with DedupStore.open(tmp_path / "s", durability="flush") as s:
+        assert s.claim("n", "a").status is Status.IN_PROGRESS
+        assert s.lookup("n", "b") is not None and s.claim("n", "b").status is Status.DUPLICATE
+
+
 def test_a_failed_apply_keeps_every_write_for_the_next(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
         s.ensure_namespace("n")
