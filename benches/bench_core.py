@@ -653,7 +653,9 @@ def threads_ours(
         syncs0 = store.stats()["journal_syncs"]
         busy0 = store.stats()["journal_sync_seconds"]
         claim = store.claim
+        use0 = resource.getrusage(resource.RUSAGE_SELF)
         wall, cpu = run_threads(work, lambda k: claim(NS, k))
+        use1 = resource.getrusage(resource.RUSAGE_SELF)
         n = n_threads * per_thread
         got = delta(verdicts(store), before)
         if got != {"NEW": n}:
@@ -664,6 +666,9 @@ def threads_ours(
         return {
             "claims_per_s": n / wall, "cpu_share": cpu / wall, "claims_per_commit": n / max(commits, 1),
             "claims_per_sync": n / max(syncs, 1), "sync_busy": busy / wall, "sync_us": busy / max(syncs, 1) * 1e6,
+            # The process's CPU per claim, and of it the kernel's (fdatasync,
+            # and the futex calls of threads waking one another).
+            "cpu_us_per_claim": cpu / n * 1e6, "kernel_us_per_claim": (use1.ru_stime - use0.ru_stime) / n * 1e6,
         }
     finally:
         store.close()
@@ -684,7 +689,8 @@ def threads_raw(ws: Workspace, rng: random.Random, n_threads: int, per_thread: i
         n = n_threads * per_thread
         return {
             "claims_per_s": n / wall, "cpu_share": cpu / wall, "claims_per_commit": 1.0, "claims_per_sync": 1.0,
-            "sync_busy": float("nan"), "sync_us": float("nan"),
+            "sync_busy": float("nan"), "sync_us": float("nan"), "cpu_us_per_claim": float("nan"),
+            "kernel_us_per_claim": float("nan"),
         }
     finally:
         env.close()
@@ -723,6 +729,8 @@ def bench_threads(ws: Workspace, rng: random.Random, p: dict[str, int], value: b
             "claims_per_sync": med([r["claims_per_sync"] for r in rs]),
             "sync_busy": med([r["sync_busy"] for r in rs]),
             "sync_us": med([r["sync_us"] for r in rs]),
+            "cpu_us_per_claim": med([r["cpu_us_per_claim"] for r in rs]),
+            "kernel_us_per_claim": med([r["kernel_us_per_claim"] for r in rs]),
             "all": rates,
         }
     out["ratio_8t_1t"] = out["ours-8t"]["claims_per_s"] / out["ours-1t"]["claims_per_s"]
@@ -938,6 +946,13 @@ def report(res: dict[str, Any]) -> str:
             f"{r['ours-8t']['cpu_share']:.2f}",
             f"{r['raw-8t']['cpu_share']:.2f}",
         )
+        if "cpu_us_per_claim" in r["ours-8t"]:  # not in reports saved before it was measured
+            row(
+                "      CPU per claim, of it kernel (8t / 1t)",
+                f"{r['ours-8t']['cpu_us_per_claim']:.0f}, {r['ours-8t']['kernel_us_per_claim']:.0f} / "
+                f"{r['ours-1t']['cpu_us_per_claim']:.0f}, {r['ours-1t']['kernel_us_per_claim']:.0f} us",
+                "",
+            )
         row(
             "      min..max over reps (8t)",
             "{:,.0f}..{:,.0f}".format(*r["ours-8t"]["min_max"]),

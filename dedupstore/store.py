@@ -905,12 +905,11 @@ class DedupStore:
         first: BaseException | None = None
         journal = self._journal
         marks = []
-        behind: list[Window] = []  # sync-mode windows that took a write: the journal is synced below
+        behind = False  # a sync-mode window took a write: the journal is synced below
         for part, op in writes:
             try:
                 if part.window is not None and part.window.run(op, sync=journal is None) is not CLOSED:
-                    if journal is not None:
-                        behind.append(part.window)
+                    behind = behind or journal is not None
                     continue
                 if journal is None:
                     part.committer.run(op)
@@ -936,8 +935,6 @@ class DedupStore:
                 first = first or exc
         if first is not None:
             raise first
-        for window in behind:
-            window.apply_if_due()  # as Window.run does after its own sync
 
     def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:

@@ -18,11 +18,13 @@ only writer therefore opens a *window* on it:
   one journal-format record to the segment with ``pwrite()`` (in the kernel
   once it returns: a killed process loses nothing), and returns. No LMDB
   transaction, no lock another process waits on.
-- Every ``apply_interval`` (the store's flusher thread), before any other
-  write transaction of this process (eviction, sealing), before a
-  checkpoint, and when the overlay holds :data:`MAX_PENDING` keys, the
-  overlay is written in one transaction that also moves ``W``'s offset past
-  the records it holds.
+- Every ``apply_interval`` (the store's flusher thread; in flush mode, while
+  calls keep coming, by the first call that returns after it is due, in
+  that call's thread: :meth:`Window.apply_if_due`),
+  before any other write transaction of this process (eviction, sealing),
+  before a checkpoint, and when the overlay holds :data:`MAX_PENDING` keys,
+  the overlay is written in one transaction that also moves ``W``'s offset
+  past the records it holds.
 - Another process that wants to write holds the partition's writer lock (the
   checkpoint file's, taken at open); the owner sees it at its next tick and
   closes the window (applies and deletes ``W`` in one transaction) and does
@@ -96,6 +98,10 @@ REOPEN_S = 0.1
 WAIT_LIMIT_S = 30.0
 #: How often a waiting writer looks again.
 WAIT_POLL_S = 0.0005
+#: flush mode: a window that took a call this recently is busy, and the
+#: call that finds its overlay due applies it (:meth:`Window.apply_if_due`);
+#: the flusher applies an idle one's.
+BUSY_S = 0.001
 
 #: Returned by :meth:`Window.run` and :meth:`Window.read` when no window is
 #: open: the caller takes the ordinary path (a write transaction).
@@ -323,10 +329,13 @@ class Window:
         self._checkpoint = checkpoint_now  # moves the pin before a retry when the map is full
         self._boot = checkpoint.boot_id()
         self._journal = journal
-        #: How often the overlay is applied (0: only when the flusher ticks),
-        #: and when next: see :meth:`run`.
-        self._apply_s = apply_s
+        #: How often the overlay is applied, and when next; when the last
+        #: call was (see :meth:`apply_if_due`). Sync-mode calls leave every
+        #: apply to the flusher: they wait for their fdatasync without the
+        #: GIL anyway, which is when its apply runs.
+        self._apply_s = apply_s if journal is None else 0.0
         self._apply_at = 0.0
+        self._last_call = 0.0
         self._stem = (
             f"p{index:03d}.{self._boot.hex()}.{os.getpid()}.{uuid.uuid4().hex[:8]}" if journal is None
             else f"p{index:03d}.{journal.owner}"
@@ -413,17 +422,23 @@ class Window:
         return result
 
     def apply_if_due(self) -> None:
-        """After a call (and its journal sync): apply the overlay if it is
-        due, in the caller's thread.
+        """After a flush-mode call: apply the overlay if it is due and the
+        window busy, in the caller's thread.
 
-        The flusher's tick only applies what no call came for. A background
-        apply needs the GIL back after each of its LMDB calls, and while a
-        caller runs, every GIL release of that caller woke the waiting
-        flusher in vain (a futex wake each) until the interpreter's switch
-        interval forced a hand-over (docs/benchmarks.md)."""
-        if not self._apply_s or time.monotonic() < self._apply_at:
+        The flusher's tick applies an idle window's (no call for
+        :data:`BUSY_S`): there it costs no call anything. A background apply
+        of a busy window needs the GIL back after each of its LMDB calls, and
+        every GIL release of the caller then woke the waiting flusher in vain
+        (a futex wake each) until the interpreter's switch interval forced a
+        hand-over (docs/benchmarks.md)."""
+        if not self._apply_s:
             return
-        self._apply_at = time.monotonic() + self._apply_s
+        now = time.monotonic()
+        busy = now - self._last_call < BUSY_S
+        self._last_call = now
+        if not busy or now < self._apply_at:
+            return
+        self._apply_at = now + self._apply_s
         if not self.applying.acquire(blocking=False):
             return  # being applied already
         try:
@@ -461,7 +476,9 @@ class Window:
                 with self.lock:
                     if self.active:
                         self._apply(closing=True)
-            elif time.monotonic() >= self._apply_at:
+            elif time.monotonic() - self._last_call >= BUSY_S or time.monotonic() >= self._apply_at + self._apply_s:
+                # Idle (or, a safety net, no busy call came to it within an
+                # interval): the flusher's to apply.
                 self._apply_at = time.monotonic() + self._apply_s
                 self._apply_behind()
 

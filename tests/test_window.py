@@ -260,13 +260,13 @@ def test_calls_go_on_while_an_apply_writes_lmdb_and_see_what_it_applies(
         assert rec is not None and rec.outcome == b"done" and s.lookup("n", "late") is not None
 
 
-@pytest.mark.parametrize("durability", ["flush", "sync"])
-def test_a_call_that_finds_the_overlay_due_applies_it_in_its_own_thread(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str
+def test_a_busy_window_is_applied_by_the_call_that_finds_it_due(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import threading
 
-    with DedupStore.open(tmp_path / "s", durability=durability, partitions=1, apply_interval=1.0) as s:
+    monkeypatch.setattr(window, "BUSY_S", 3600.0)  # every call counts as busy
+    with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
         s.ensure_namespace("n")
         s.claim("n", "a")
         win = s._parts[0].window
@@ -291,9 +291,41 @@ def test_a_call_that_finds_the_overlay_due_applies_it_in_its_own_thread(
         assert threads == [threading.current_thread().name] and len(win.overlay or ()) > 0
 
 
+@pytest.mark.parametrize("durability", ["flush", "sync"])
+def test_an_idle_window_and_every_sync_mode_one_is_applied_by_the_flusher(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str
+) -> None:
+    import threading
+
+    if durability == "sync":
+        monkeypatch.setattr(window, "BUSY_S", 3600.0)  # busy or not, sync-mode calls never apply
+    threads: list[str] = []
+    applied = threading.Event()
+    real = window.Window._apply_behind
+
+    def spy(self: window.Window) -> None:
+        threads.append(threading.current_thread().name)
+        real(self)
+        applied.set()
+
+    monkeypatch.setattr(window.Window, "_apply_behind", spy)
+    with DedupStore.open(tmp_path / "s", durability=durability, partitions=1, apply_interval=0.05) as s:
+        s.ensure_namespace("n")
+        s.claim("n", "a")
+        win = s._parts[0].window
+        assert win is not None
+        for key in ("b", "c"):
+            monkeypatch.setattr(win, "_apply_at", 0.0)  # due now
+            time.sleep(2 * window.BUSY_S if durability == "flush" else 0)  # flush: idle since the last call
+            s.claim("n", key)
+        assert applied.wait(10)
+        assert threads and all(name.startswith("dedupstore-flush") for name in threads), threads
+
+
 def test_a_call_whose_apply_fails_is_still_acknowledged_and_applied_later(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(window, "BUSY_S", 3600.0)  # every call counts as busy
     with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
         s.ensure_namespace("n")
         win = s._parts[0].window
