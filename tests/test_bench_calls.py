@@ -3,25 +3,16 @@ and its JSON has the documented shape. No timing is judged."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 from types import ModuleType
 
+import _benches
 import pytest
-
-SCRIPT = Path(__file__).resolve().parent.parent / "benches" / "bench_calls.py"
 
 
 @pytest.fixture(scope="module")
 def calls() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_calls", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_calls"] = module
-    spec.loader.exec_module(module)
-    return module
+    return _benches.load("bench_calls")
 
 
 @pytest.mark.parametrize("durability", ["flush", "sync"])

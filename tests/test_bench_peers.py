@@ -4,25 +4,18 @@ optional: a missing one is skipped with a line saying so. No timing is judged.""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 from types import ModuleType
 
+import _benches
 import pytest
-
-SCRIPT = Path(__file__).resolve().parent.parent / "benches" / "bench_peers.py"
 
 
 @pytest.fixture(scope="module")
 def peers() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_peers", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_peers"] = module
-    spec.loader.exec_module(module)
-    return module
+    return _benches.load("bench_peers")
 
 
 @pytest.mark.slow  # thousands of fsynced single commits per side

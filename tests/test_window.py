@@ -11,7 +11,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -260,25 +262,37 @@ def test_calls_go_on_while_an_apply_writes_lmdb_and_see_what_it_applies(
         assert rec is not None and rec.outcome == b"done" and s.lookup("n", "late") is not None
 
 
-def test_a_busy_window_is_applied_by_the_call_that_finds_it_due(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import threading
+@pytest.fixture
+def applies(monkeypatch: pytest.MonkeyPatch) -> Callable[[], tuple[list[str], threading.Event]]:
+    """Spy on every background-style apply: the names of the threads that
+    ran them, and an event set after each."""
 
+    def install() -> tuple[list[str], threading.Event]:
+        threads: list[str] = []
+        applied = threading.Event()
+        real = window.Window._apply_behind
+
+        def spy(self: window.Window) -> None:
+            threads.append(threading.current_thread().name)
+            real(self)
+            applied.set()
+
+        monkeypatch.setattr(window.Window, "_apply_behind", spy)
+        return threads, applied
+
+    return install
+
+
+def test_a_busy_window_is_applied_by_the_call_that_finds_it_due(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, applies: Callable[[], tuple[list[str], threading.Event]]
+) -> None:
     monkeypatch.setattr(window, "BUSY_S", 3600.0)  # every call counts as busy
     with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
         s.ensure_namespace("n")
         s.claim("n", "a")
         win = s._parts[0].window
         assert win is not None and len(win.overlay or ()) > 0, "applied before it was due"
-        threads: list[str] = []
-        real = window.Window._apply_behind
-
-        def spy(self: window.Window) -> None:
-            threads.append(threading.current_thread().name)
-            real(self)
-
-        monkeypatch.setattr(window.Window, "_apply_behind", spy)
+        threads, _ = applies()
         monkeypatch.setattr(win, "_apply_at", 0.0)  # due now
         assert s.claim_many("n", ["b", "c"]).statuses == [Status.NEW, Status.NEW]
         assert threads == [threading.current_thread().name]
@@ -293,22 +307,12 @@ def test_a_busy_window_is_applied_by_the_call_that_finds_it_due(
 
 @pytest.mark.parametrize("durability", ["flush", "sync"])
 def test_an_idle_window_and_every_sync_mode_one_is_applied_by_the_flusher(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str,
+    applies: Callable[[], tuple[list[str], threading.Event]],
 ) -> None:
-    import threading
-
     if durability == "sync":
         monkeypatch.setattr(window, "BUSY_S", 3600.0)  # busy or not, sync-mode calls never apply
-    threads: list[str] = []
-    applied = threading.Event()
-    real = window.Window._apply_behind
-
-    def spy(self: window.Window) -> None:
-        threads.append(threading.current_thread().name)
-        real(self)
-        applied.set()
-
-    monkeypatch.setattr(window.Window, "_apply_behind", spy)
+    threads, applied = applies()
     with DedupStore.open(tmp_path / "s", durability=durability, partitions=1, apply_interval=0.05) as s:
         s.ensure_namespace("n")
         s.claim("n", "a")
