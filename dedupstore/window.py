@@ -444,7 +444,7 @@ class Window:
         try:
             if not self._others():
                 self._apply_behind()
-        except Exception:  # noqa: S110 - reported by the flusher's retry
+        except Exception:
             # This call is acknowledged: an apply that failed is the
             # flusher's to retry and report, at its next tick.
             pass
