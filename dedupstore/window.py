@@ -467,8 +467,9 @@ class Window:
                 self._apply_behind()
 
     def tick(self) -> None:
-        """The flusher's every-``apply_interval`` call: apply, or close the
-        window if another process wants to write."""
+        """The flusher's every-``apply_interval`` call: apply (unless the
+        window is busy: then its calls do, :meth:`apply_if_due`), or close
+        the window if another process wants to write."""
         if not self.active:
             return
         with self.applying:
@@ -476,10 +477,11 @@ class Window:
                 with self.lock:
                     if self.active:
                         self._apply(closing=True)
-            elif time.monotonic() - self._last_call >= BUSY_S or time.monotonic() >= self._apply_at + self._apply_s:
-                # Idle (or, a safety net, no busy call came to it within an
-                # interval): the flusher's to apply.
-                self._apply_at = time.monotonic() + self._apply_s
+                return
+            now = time.monotonic()
+            # Idle, or (a safety net) no busy call took it within an interval.
+            if now - self._last_call >= BUSY_S or now >= self._apply_at + self._apply_s:
+                self._apply_at = now + self._apply_s
                 self._apply_behind()
 
     def close(self) -> None:
