@@ -14,6 +14,7 @@ STRICT = os.environ.get("DEDUPSTORE_STRICT_BUILD", "") not in ("", "0")
 
 CSRC = [
     "csrc/ds_hash.c", "csrc/ds_canon.c", "csrc/ds_record.c", "csrc/ds_decide.c", "csrc/ds_bloom.c", "csrc/ds_gsync.c",
+    "csrc/ds_log.c",
 ]
 
 compile_args = ["-std=c11", "-pthread", "-Wall", "-Wextra", "-Wno-unused-function", "-Wno-unused-parameter"]

@@ -106,3 +106,15 @@ cdef extern from "ds_decide.h":
     int ds_release_decide(const ds_record *cur, uint64_t token)
     int ds_renew_decide(const ds_record *cur, uint64_t token, int64_t now, int64_t lease, ds_record *next)
     uint64_t ds_next_token(uint64_t *state)
+
+
+cdef extern from "ds_log.h":
+    ctypedef struct ds_log:
+        int fd
+        uint64_t mapped
+        uint64_t reserved
+        uint64_t mapped_writes
+    void ds_log_init(ds_log *l, int fd, uint64_t map_bytes, uint64_t chunk)
+    int ds_log_write(ds_log *l, const void *p, size_t n, uint64_t offset)
+    int ds_log_cut(ds_log *l, uint64_t offset)
+    void ds_log_release(ds_log *l)

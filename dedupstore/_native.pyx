@@ -15,9 +15,7 @@ from collections.abc import Mapping
 from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.errno cimport EINTR, errno
 from libc.string cimport memcpy, memset
-from posix.unistd cimport pwrite as c_pwrite
 
 from .errors import InvalidIntentError, InvalidKeyError, StoreFormatError
 
@@ -971,6 +969,59 @@ def release_batch(Space space, list order, list keys, list tokens, int64_t now, 
 cdef object _ABSENT = object()
 
 
+cdef class LogFile:
+    """An append-only write-behind log segment open on ``fd`` (which it
+    owns: :meth:`close` closes it). Records are copied into a shared mapping
+    of the file's first ``map_bytes`` (none: 0), with space reserved ``chunk``
+    bytes ahead of them; past the mapping, or where the filesystem refuses
+    the space, they are pwritten (csrc/ds_log.h)."""
+
+    cdef ds_log _l
+    cdef bint _open
+
+    def __cinit__(self, int fd, uint64_t map_bytes=0, uint64_t chunk=1 << 20):
+        ds_log_init(&self._l, fd, map_bytes, chunk)
+        self._open = True
+
+    def __init__(self, int fd, uint64_t map_bytes=0, uint64_t chunk=1 << 20):
+        pass  # all done in __cinit__ (so the signature is visible to stubtest)
+
+    def __dealloc__(self):
+        ds_log_release(&self._l)
+
+    @property
+    def fd(self) -> int:
+        return self._l.fd
+
+    @property
+    def mapped_writes(self) -> int:
+        """Records copied into the mapping (the others were pwritten)."""
+        return self._l.mapped_writes
+
+    cdef int write(self, const char *p, Py_ssize_t n, uint64_t offset) except -1:
+        cdef int rc
+        if not self._open:
+            raise ValueError("the log segment is closed")
+        rc = ds_log_write(&self._l, p, <size_t>n, offset)
+        if rc:
+            raise OSError(rc, os.strerror(rc))
+        return 0
+
+    def cut(self, uint64_t offset):
+        """Cut the file to ``offset`` bytes (a torn record's tail); later
+        records are pwritten."""
+        cdef int rc = ds_log_cut(&self._l, offset)
+        if rc:
+            raise OSError(rc, os.strerror(rc))
+
+    def close(self):
+        """Unmap and close the descriptor (once; later calls do nothing)."""
+        if self._open:
+            self._open = False
+            ds_log_release(&self._l)
+            os.close(self._l.fd)
+
+
 cdef class Overlay:
     """Flush-mode write-behind: a stand-in for one partition's write
     transaction that holds this process's writes not yet applied to LMDB.
@@ -1103,34 +1154,19 @@ cdef class Overlay:
         op was written."""
         return self._frame(part, seq)
 
-    def log(self, int fd, uint16_t part, uint64_t seq, int64_t offset):
+    def log(self, LogFile f, uint16_t part, uint64_t seq, uint64_t offset):
         """Frame the ops written since the last record as :meth:`record`
-        does, write the record to ``fd`` at ``offset`` (with the GIL held: a
-        small write to the page cache costs less than handing the GIL over) and
-        :meth:`keep` them. Returns the bytes written, 0 if no op was written.
-        Raises OSError (a short write as EIO) with the ops dropped but the
-        call's writes still undoable: the caller rolls them back."""
+        does, write the record to ``f`` at ``offset`` (with the GIL held: a
+        copy into the mapping, or a small write to the page cache, costs less
+        than handing the GIL over) and :meth:`keep` them. Returns the bytes
+        written, 0 if no op was written. Raises OSError with the ops dropped
+        but the call's writes still undoable: the caller rolls them back."""
         cdef object rec = self._frame(part, seq)
-        cdef const char *p
-        cdef Py_ssize_t n, done = 0
-        cdef Py_ssize_t w
-        cdef int err
         if rec is None:
             return 0
-        p = PyBytes_AS_STRING(rec)
-        n = PyBytes_GET_SIZE(rec)
-        while done < n:
-            w = c_pwrite(fd, p + done, <size_t>(n - done), offset + done)
-            if w < 0:
-                err = errno
-                if err == EINTR:
-                    continue
-                raise OSError(err, os.strerror(err))
-            if w == 0:
-                raise OSError(5, f"short write: {done} of {n} bytes")  # EIO
-            done += w
+        f.write(PyBytes_AS_STRING(rec), PyBytes_GET_SIZE(rec), offset)
         del self._undo[:]
-        return n
+        return PyBytes_GET_SIZE(rec)
 
     cdef object _frame(self, uint16_t part, uint64_t seq):
         cdef Py_ssize_t n = len(self._ops)

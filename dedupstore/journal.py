@@ -71,7 +71,7 @@ from typing import Any
 
 import lmdb
 
-from ._native import GroupSync
+from ._native import GroupSync, LogFile
 from .errors import DurabilityError, StoreFormatError
 
 JOURNAL_DIR = "journal"
@@ -237,7 +237,9 @@ def segment_boot(name: str) -> str:
 class _Segment:
     seq: int
     path: Path
-    fd: int
+    #: Written with pwrite alone (unmapped): the next fdatasync covers the
+    #: record, and one of zeros written ahead costs less (Journal._zero).
+    log: LogFile
     #: The journal's logical position (bytes appended by this process, over
     #: every segment) of this segment's offset 0: marks are logical positions.
     base: int
@@ -247,6 +249,10 @@ class _Segment:
     zeroed: int = 0
     #: partition -> newest txn id appended for it
     top: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def fd(self) -> int:
+        return self.log.fd
 
 
 class Journal:
@@ -305,7 +311,7 @@ class Journal:
         fd = os.open(hidden, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         fcntl.flock(fd, fcntl.LOCK_EX)
         os.rename(hidden, path)
-        return _Segment(seq, path, fd, base)
+        return _Segment(seq, path, LogFile(fd), base)
 
     def _use(self, seg: _Segment) -> None:
         # Only a segment appends may go to is in the table: retire() takes
@@ -368,13 +374,13 @@ class Journal:
         with self.lock:
             seg = self._current
             try:
-                n = overlay.log(seg.fd, part | WINDOW_RECORD, txnid, seg.written)
+                n = overlay.log(seg.log, part | WINDOW_RECORD, txnid, seg.written)
             except OSError:
                 # A part of the record may be there: cut it off, so that no
                 # replay can take it for a whole one (the next is written
                 # at the same place).
                 with contextlib.suppress(OSError):
-                    os.ftruncate(seg.fd, seg.written)
+                    seg.log.cut(seg.written)
                 seg.zeroed = seg.written
                 raise
             if n:
@@ -436,7 +442,7 @@ class Journal:
             for seg in list(self._segments.values()):
                 if seg is not self._current and covered(seg.top, self._durable):
                     self._segments.pop(seg.seq, None)
-                    os.close(seg.fd)
+                    seg.log.close()
                     seg.path.unlink(missing_ok=True)
 
     def collect_dead(self) -> int:
@@ -457,7 +463,7 @@ class Journal:
                 self._segments.pop(seg.seq, None)
                 if delete:
                     seg.path.unlink(missing_ok=True)
-                os.close(seg.fd)
+                seg.log.close()
 
 
 def covered(top: dict[int, int], durable: dict[int, int]) -> bool:

@@ -15,9 +15,10 @@ only writer therefore opens a *window* on it:
   (:func:`settle`) and waits (:class:`WindowBusy`).
 - Each call decides against an :class:`dedupstore._native.Overlay` (a read
   snapshot under this process's unapplied writes), appends what it wrote as
-  one journal-format record to the segment with ``pwrite()`` (in the kernel
-  once it returns: a killed process loses nothing), and returns. No LMDB
-  transaction, no lock another process waits on.
+  one journal-format record to the segment (copied into a shared mapping of
+  the file, :class:`dedupstore._native.LogFile`: in the page cache once it
+  returns, so a killed process loses nothing), and returns. No system call,
+  no LMDB transaction, no lock another process waits on.
 - Every ``apply_interval`` (the store's flusher thread; in flush mode, while
   calls keep coming, by the first call that returns after it is due, in
   that call's thread: :meth:`Window.apply_if_due`),
@@ -91,6 +92,13 @@ _W = struct.Struct("<4s16sQ")  # magic, boot id, applied offset; then the segmen
 MAX_PENDING = 20_000
 #: A segment is replaced by a fresh one at the first apply after it has grown past this.
 SEGMENT_BYTES = 16 << 20
+#: A flush-mode segment's records are copied into a shared mapping of its
+#: first bytes (no system call per call; csrc/ds_log.h), past it pwritten:
+#: room for a segment grown past SEGMENT_BYTES before its next apply.
+MAP_BYTES = SEGMENT_BYTES + (4 << 20)
+#: File space is allocated this far ahead of the mapped records (a store to
+#: a mapped page the disk cannot hold would be a SIGBUS, not an error).
+RESERVE_BYTES = 1 << 20
 #: After an attempt to open found another writer, how long until the next.
 REOPEN_S = 0.1
 #: How long a writer waits for another process's window before giving up
@@ -349,7 +357,7 @@ class Window:
         #: it must be applied in a transaction of its own.
         self._ahead = False
         self._seq = 0
-        self._fd = -1
+        self._log: _native.LogFile | None = None  # the open segment
         self._name = ""
         self._size = 0  # bytes in the segment; all of it is in the overlay or applied
         self._records = 0
@@ -359,6 +367,7 @@ class Window:
         self.applies = 0
         self.applied_keys = 0
         self.logged_bytes = 0
+        self._mapped_records = 0  # of segments dropped
 
     @property
     def name(self) -> str | None:
@@ -368,10 +377,13 @@ class Window:
     def stats(self) -> dict[str, Any]:
         """For ``DedupStore.stats()``: whether the window is open now, how
         often it was opened, the applies (transactions) and keys they wrote,
-        and the bytes logged."""
+        the bytes logged, and how many records went into a segment's mapping
+        (the others were pwritten: sync mode's journal records, and records
+        past the mapping or the disk space it could reserve)."""
+        mapped = self._mapped_records + (self._log.mapped_writes if self._log is not None else 0)
         return {
             "open": self.active, "opened": self.opened, "applies": self.applies,
-            "applied_keys": self.applied_keys, "logged_bytes": self.logged_bytes,
+            "applied_keys": self.applied_keys, "logged_bytes": self.logged_bytes, "mapped_records": mapped,
         }
 
     def run(self, op: Callable[[Any], Any], sync: bool = True) -> Any:
@@ -388,7 +400,7 @@ class Window:
             if self._broken or (not self.active and not self._open()):
                 return CLOSED
             ov = self.overlay
-            assert ov is not None
+            assert ov is not None and self._log is not None
             try:
                 result = op(ov)
             except BaseException:
@@ -396,7 +408,7 @@ class Window:
                 raise
             try:
                 if self._journal is None:
-                    n = ov.log(self._fd, self._index, self._records, self._size)
+                    n = ov.log(self._log, self._index, self._records, self._size)
                 else:
                     n, mark = self._journal.log_window(ov, self._index, self._label)
             except OSError as exc:
@@ -493,9 +505,9 @@ class Window:
     def forget(self) -> None:
         """In a forked child: drop the inherited segment descriptor (so that
         the parent's death frees its lock), touching nothing else."""
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        if self._log is not None:
+            self._log.close()
+            self._log = None
         self.active = False
 
     # The group committer's side: a write transaction of this process
@@ -546,7 +558,7 @@ class Window:
         self._retry_at = now + REOPEN_S
         if self._others():
             return False
-        name, fd = self._new_segment()
+        name, seg = self._new_segment()
         cleanup = None
         txn = self._env.begin(write=True)
         try:
@@ -558,15 +570,15 @@ class Window:
             txn.commit()
         except (WindowBusy, _NotNow, lmdb.MapFullError):
             txn.abort()
-            self._drop_segment(name, fd)
+            self._drop_segment(name, seg)
             return False
         except BaseException:
             txn.abort()
-            self._drop_segment(name, fd)
+            self._drop_segment(name, seg)
             raise
         if cleanup is not None:
             cleanup()
-        self._fd, self._name, self._size = fd, name, 0
+        self._log, self._name, self._size = seg, name, 0
         snapshot = self._env.begin()
         self.overlay = _native.Overlay(self._dbs[1], self._dbs[2], self._dbs[3], snapshot)
         self._based(snapshot)
@@ -588,7 +600,8 @@ class Window:
         self.overlay.rollback()
         log.warning("dedupstore: write-behind log %s: %s; closing the window", self._log_path(), exc)
         with contextlib.suppress(OSError):
-            os.ftruncate(self._fd, self._size)
+            assert self._log is not None
+            self._log.cut(self._size)
         # Closing needs ``applying``, taken before self.lock: without waiting
         # here, or (an apply is running) by the caller's ordinary commit, whose
         # transaction carries the overlay, and then the next tick.
@@ -609,7 +622,7 @@ class Window:
         rotate = not closing and self._size >= SEGMENT_BYTES
         if not changes and not closing and not rotate:
             return
-        new: tuple[str, int] | None = self._new_segment() if rotate else None
+        new: tuple[str, _native.LogFile] | None = self._new_segment() if rotate else None
         owner: Owner | None = None
         if not closing:
             owner = self._owner(0, new[0]) if new else self._owner(self._size, self._name)
@@ -620,8 +633,8 @@ class Window:
                 self._drop_segment(*new)
             raise
         if closing or new is not None:
-            self._drop_segment(self._name, self._fd)
-            self._fd, self._name, self._size = (-1, "", 0) if new is None else (new[1], new[0], 0)
+            self._drop_segment(self._name, self._log)
+            self._log, self._name, self._size = (None, "", 0) if new is None else (new[1], new[0], 0)
         if closing:
             ov.snapshot.abort()
             self.overlay = None
@@ -729,9 +742,11 @@ class Window:
         ov.reset(snapshot)
         self._based(snapshot)
 
-    def _new_segment(self) -> tuple[str, int]:
+    def _new_segment(self) -> tuple[str, _native.LogFile]:
         """A fresh segment, locked before it gets its name (so that no
-        collector takes it for a dead process's)."""
+        collector takes it for a dead process's). A flush-mode one is
+        written through a mapping of its first :data:`MAP_BYTES`; a
+        sync-mode one holds no records."""
         self._dir.mkdir(exist_ok=True)
         self._seq += 1
         name = f"{self._stem}.{self._seq}"
@@ -744,12 +759,13 @@ class Window:
             os.close(fd)
             _unlink(tmp)
             raise
-        return name, fd
+        return name, _native.LogFile(fd, 0 if self._journal is not None else MAP_BYTES, RESERVE_BYTES)
 
-    def _drop_segment(self, name: str, fd: int) -> None:
+    def _drop_segment(self, name: str, seg: _native.LogFile | None) -> None:
         _unlink(self._dir / name)
-        if fd >= 0:
-            os.close(fd)
+        if seg is not None:
+            self._mapped_records += seg.mapped_writes
+            seg.close()
 
 
 class _NotNow(Exception):

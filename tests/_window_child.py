@@ -1,8 +1,9 @@
 """A write-behind writer in its own process, for test_window.py.
 
-    python _window_child.py STORE_DIR APPLY_INTERVAL [DURABILITY]
+    python _window_child.py STORE_DIR APPLY_INTERVAL [DURABILITY [MAP_BYTES]]
 
-Opens the store (flush mode unless DURABILITY says sync, no eviction, checkpoints an hour apart) and
+Opens the store (flush mode unless DURABILITY says sync, no eviction, checkpoints an hour apart;
+MAP_BYTES of each write-behind segment mapped, if given) and
 answers ``open``; then reads commands on stdin: ``claim PREFIX N`` claims
 keys PREFIX0..PREFIX{N-1} and completes the even ones (outcome ``f-`` + key),
 then answers ``ok`` and each partition's write-behind figures as JSON (read
@@ -15,12 +16,14 @@ from __future__ import annotations
 import json
 import sys
 
-from dedupstore import DedupStore, Status
+from dedupstore import DedupStore, Status, window
 
 
 def main() -> None:
     path, apply_interval = sys.argv[1], float(sys.argv[2])
     durability = sys.argv[3] if len(sys.argv) > 3 else "flush"
+    if len(sys.argv) > 4:
+        window.MAP_BYTES = int(sys.argv[4])
     store = DedupStore.open(path, durability=durability, eviction_rate=0, flush_interval=3600,
                             apply_interval=apply_interval)
     store.ensure_namespace("n", horizon="1h", lease="1h")

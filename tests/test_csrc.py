@@ -49,14 +49,14 @@ def _sanitizers_work(cc: str, tmp_path: Path) -> bool:
     return run.returncode == 0
 
 
-@pytest.mark.parametrize("program", ["test_engine", "test_bloom", "test_gsync"])
+@pytest.mark.parametrize("program", ["test_engine", "test_bloom", "test_gsync", "test_log"])
 def test_c_unit_tests(tmp_path: Path, program: str) -> None:
     cc = _compiler()
     test_source = CSRC / "tests" / f"{program}.c"
     sources = sorted(CSRC.glob("ds_*.c"))
     # The engine files the extension is built from; an empty glob would
     # "pass" by linking nothing, so insist they are all there.
-    engine = {"ds_hash.c", "ds_canon.c", "ds_record.c", "ds_decide.c", "ds_bloom.c", "ds_gsync.c"}
+    engine = {"ds_hash.c", "ds_canon.c", "ds_record.c", "ds_decide.c", "ds_bloom.c", "ds_gsync.c", "ds_log.c"}
     assert {p.name for p in sources} >= engine
     assert test_source.is_file(), test_source
 

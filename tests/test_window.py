@@ -28,9 +28,12 @@ CHILD = Path(__file__).with_name("_window_child.py")
 
 
 class Child:
-    def __init__(self, path: Path, apply_interval: float = 1.0, durability: str = "flush") -> None:
+    def __init__(
+        self, path: Path, apply_interval: float = 1.0, durability: str = "flush", map_bytes: int | None = None
+    ) -> None:
+        extra = [] if map_bytes is None else [str(map_bytes)]
         self.proc = subprocess.Popen(
-            [sys.executable, str(CHILD), str(path), str(apply_interval), durability],
+            [sys.executable, str(CHILD), str(path), str(apply_interval), durability, *extra],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )
         assert self.read() == "open"
@@ -149,22 +152,35 @@ def test_overlay_reads_its_own_writes_over_the_snapshot_and_logs_them_as_journal
     ov.reset(env.begin())
     assert ov.get(b"m", None, meta) == b"later"
     log = tmp_path / "log"
-    w = os.open(log, os.O_RDWR | os.O_CREAT, 0o644)
-    os.pwrite(w, bytes(64), 0)  # zeros ahead (as the journal keeps): written over, not appended to
+    w = _native.LogFile(os.open(log, os.O_RDWR | os.O_CREAT, 0o644))  # unmapped: pwritten
+    os.pwrite(w.fd, bytes(64), 0)  # zeros ahead (as the journal keeps): written over, not appended to
     ov.put(b"logged", b"6", db=recs)
     n = ov.log(w, 7, 43, 5)
     assert log.read_bytes() == bytes(5) + encode(7, 43, [(1, 1, b"logged", b"6")]) + bytes(64 - 5 - n) and n > 0
     ov.rollback()  # log() kept it: nothing left to undo
     assert ov.get(b"logged", None, recs) == b"6" and ov.log(w, 7, 44, 5 + n) == 0
-    os.close(w)
-    w = os.open(log, os.O_RDONLY)
+    assert w.mapped_writes == 0
+    w.close()
+    w.close()  # a second close does nothing
+    # Through a mapping: the same bytes, read back through the file, which
+    # reads as zeros past them (the space reserved ahead).
+    mapped_log = tmp_path / "mapped"
+    m = _native.LogFile(os.open(mapped_log, os.O_RDWR | os.O_CREAT, 0o644), 1 << 20, 4096)
+    ov.put(b"mapped", b"9", db=recs)
+    k = ov.log(m, 7, 44, 0)
+    assert m.mapped_writes == 1
+    assert mapped_log.read_bytes() == encode(7, 44, [(1, 1, b"mapped", b"9")]) + bytes(4096) and k > 0
+    m.close()
+    # A descriptor not open for writing cannot be mapped for writing either:
+    # pwritten, EBADF, and the call can still be undone.
+    w = _native.LogFile(os.open(log, os.O_RDONLY), 1 << 20)
     ov.put(b"lost", b"7", db=recs)
     with pytest.raises(OSError) as failed:
-        ov.log(w, 7, 44, 5 + n)  # not open for writing: EBADF, and the call can still be undone
+        ov.log(w, 7, 44, 5 + n)
     assert failed.value.errno == errno.EBADF
     ov.rollback()
     assert ov.get(b"lost", None, recs) is None
-    os.close(w)
+    w.close()
     with pytest.raises(ValueError, match="records, pending and meta"):
         ov.get(b"k", None, None)
     snap.abort()
@@ -187,6 +203,7 @@ def test_claims_go_through_the_window_and_are_applied_in_few_transactions(tmp_pa
         assert rec is not None and rec.outcome == b"done"  # read through the overlay
         [wb] = [p["write_behind"] for p in s.stats()["partition_stats"]]
         assert wb["open"] and wb["opened"] == 1 and wb["logged_bytes"] > 0
+        assert wb["mapped_records"] == 600  # each call's record copied into the segment's mapping
         # 600 calls, a handful of applies (stats() itself applies first).
         assert 1 <= wb["applies"] <= 5 and wb["applied_keys"] >= 300
         assert s.stats()["partition_stats"][0]["commits"] < 10
@@ -417,15 +434,21 @@ def test_segments_rotate_and_the_old_ones_go(tmp_path: Path, monkeypatch: pytest
         assert all(s.claim("n", f"k{i}").status is Status.IN_PROGRESS for i in range(400))
 
 
-def test_a_failed_log_write_is_not_acknowledged_and_the_call_goes_the_ordinary_way(tmp_path: Path) -> None:
+def test_a_failed_log_write_is_not_acknowledged_and_the_call_goes_the_ordinary_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Records pwritten (as past a segment's mapping, or where the disk had no
+    # space to reserve for it: csrc/tests/test_log.c checks that a refused
+    # reservation turns into a failed write, not a SIGBUS).
+    monkeypatch.setattr(window, "MAP_BYTES", 0)
     with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
         s.ensure_namespace("n")
         assert s.claim("n", "before").status is Status.NEW
         win = s._parts[0].window
-        assert win is not None and win.active
+        assert win is not None and win.active and win._log is not None
         # The segment's descriptor now writes to /dev/full: every write fails with ENOSPC.
         full = os.open("/dev/full", os.O_WRONLY)
-        os.dup2(full, win._fd)
+        os.dup2(full, win._log.fd)
         os.close(full)
         r = s.claim("n", "during")
         assert r.status is Status.NEW and not win.active  # committed directly instead
@@ -448,13 +471,20 @@ def test_an_orphan_segment_is_collected_at_open(tmp_path: Path) -> None:
 # ------------------------------------------------------------ processes
 
 
-def test_a_killed_owner_loses_nothing_it_returned(tmp_path: Path) -> None:
+@pytest.mark.parametrize("map_bytes", [None, 8192], ids=["mapped", "past-the-mapping"])
+def test_a_killed_owner_loses_nothing_it_returned(tmp_path: Path, map_bytes: int | None) -> None:
+    # Every record copied into the segment's mapping; or (8 KiB mapped) the
+    # first ones, and the rest pwritten after them.
     path = tmp_path / "s"
-    child = Child(path, apply_interval=1.0)  # nothing applied between its calls and the kill
+    child = Child(path, apply_interval=1.0, map_bytes=map_bytes)  # nothing applied between its calls and the kill
     try:
         figures = child.ask("claim a 200")
         assert figures[0]["open"] and figures[0]["logged_bytes"] > 0
-        child.ask("claim b 50")
+        mapped = sum(p["mapped_records"] for p in child.ask("claim b 50"))
+        if map_bytes is None:
+            assert mapped == 250 + 125  # every claim and complete
+        else:
+            assert 0 < mapped < 250 + 125
     finally:
         child.kill()
     assert _raw_w(path) is not None  # it died with its window open

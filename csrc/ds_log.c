@@ -1,0 +1,94 @@
+#define _POSIX_C_SOURCE 200809L
+
+#include "ds_log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+void ds_log_init(ds_log *l, int fd, uint64_t map_bytes, uint64_t chunk)
+{
+    l->fd = fd;
+    l->base = NULL;
+    l->map_len = 0;
+    l->mapped = 0;
+    l->reserved = 0;
+    l->chunk = chunk ? chunk : 1;
+    l->mapped_writes = 0;
+    if (map_bytes == 0 || map_bytes > SIZE_MAX) {
+        return;
+    }
+    void *p = mmap(NULL, (size_t)map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p != MAP_FAILED) {
+        l->base = p;
+        l->map_len = (size_t)map_bytes;
+        l->mapped = map_bytes;
+    }
+}
+
+/* Allocates file space up to at least ``end`` (within the mapping), a chunk
+ * ahead; on failure the mapping is written no further. */
+static int reserve(ds_log *l, uint64_t end)
+{
+    uint64_t to = end + l->chunk;
+    if (to > l->mapped) {
+        to = l->mapped;
+    }
+    int rc;
+    do {
+        rc = posix_fallocate(l->fd, (off_t)l->reserved, (off_t)(to - l->reserved));
+    } while (rc == EINTR);
+    if (rc != 0) {
+        l->mapped = l->reserved; /* this record and every later one: pwrite */
+        return 0;
+    }
+    l->reserved = to;
+    return 1;
+}
+
+int ds_log_write(ds_log *l, const void *p, size_t n, uint64_t offset)
+{
+    if (l->base != NULL && offset + n <= l->mapped && (offset + n <= l->reserved || reserve(l, offset + n))) {
+        memcpy(l->base + offset, p, n);
+        l->mapped_writes++;
+        return 0;
+    }
+    const char *c = p;
+    size_t done = 0;
+    while (done < n) {
+        ssize_t w = pwrite(l->fd, c + done, n - done, (off_t)(offset + done));
+        if (w < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return errno;
+        }
+        if (w == 0) {
+            return EIO;
+        }
+        done += (size_t)w;
+    }
+    return 0;
+}
+
+int ds_log_cut(ds_log *l, uint64_t offset)
+{
+    if (offset < l->mapped) {
+        l->mapped = offset;
+    }
+    if (offset < l->reserved) {
+        l->reserved = offset;
+    }
+    return ftruncate(l->fd, (off_t)offset) == 0 ? 0 : errno;
+}
+
+void ds_log_release(ds_log *l)
+{
+    if (l->base != NULL) {
+        munmap(l->base, l->map_len);
+        l->base = NULL;
+    }
+    l->mapped = l->reserved = 0;
+}

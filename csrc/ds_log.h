@@ -1,0 +1,60 @@
+/* An append-only log file written through a shared mapping: the flush-mode
+ * write-behind segment (dedupstore/window.py).
+ *
+ * Each write-behind call appends one record and returns; the record only has
+ * to outlive the process (an OS crash may lose it: flush mode rolls back to
+ * the last checkpoint then), so reaching the page cache is enough. A pwrite()
+ * of a few hundred bytes gets there through a system call and the
+ * filesystem's write path (block mapping, buffer dirtying) per record; a
+ * memcpy into a MAP_SHARED mapping of the same file puts the bytes in the
+ * same page-cache pages with no call at all, and the kernel sees one page
+ * fault per fresh page instead (benches/bench_calls.py measures the calls;
+ * docs/benchmarks.md has the figures).
+ *
+ * A store to a mapped page the filesystem cannot back is not an error code
+ * but SIGBUS, which would kill the process. So the mapping is written only
+ * below ``reserved``: space posix_fallocate() has allocated (and so the file's
+ * size covers), a chunk ahead of the writes. Where reserving fails (a full
+ * disk, a filesystem without fallocate) or a record does not fit in the
+ * mapping, the record and every later one go through pwrite(), whose errors
+ * are ordinary return codes. Offsets only grow, so a write is either wholly
+ * in the mapping or wholly pwritten.
+ *
+ * A killed process leaves whatever it had copied: a torn last record, which
+ * the reader's CRC rejects, as it rejects a torn pwrite.
+ */
+#ifndef DS_LOG_H
+#define DS_LOG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ds_log {
+    int fd;
+    char *base;        /* the mapping, or NULL */
+    size_t map_len;    /* its length */
+    uint64_t mapped;   /* the mapping is written below this only (its length, until a failure) */
+    uint64_t reserved; /* file space allocated from offset 0 */
+    uint64_t chunk;    /* bytes reserved at a time */
+    uint64_t mapped_writes; /* records copied into the mapping (for stats and tests) */
+} ds_log;
+
+/* Sets ``l`` up over ``fd`` (open for reading and writing), mapping its
+ * first ``map_bytes`` bytes (0: none; every write is a pwrite) and reserving
+ * ``chunk`` bytes at a time. A mapping that cannot be made is not an error:
+ * writes then go through pwrite. Never fails. */
+void ds_log_init(ds_log *l, int fd, uint64_t map_bytes, uint64_t chunk);
+
+/* Writes ``n`` bytes at ``offset``: returns 0 or an errno value (a short
+ * pwrite is EIO). A failed write may have left part of the bytes there. */
+int ds_log_write(ds_log *l, const void *p, size_t n, uint64_t offset);
+
+/* Cuts the file to ``offset`` bytes (a torn record's tail) and stops writing
+ * the mapping at or past it (those pages are past the end now). Returns 0 or
+ * an errno value. */
+int ds_log_cut(ds_log *l, uint64_t offset);
+
+/* Unmaps (the descriptor is the caller's to close). */
+void ds_log_release(ds_log *l);
+
+#endif

@@ -1,0 +1,181 @@
+/* Unit tests of the mapped log writer (csrc/ds_log.c): records copied into
+ * the mapping read back through read(), space is reserved ahead of them, a
+ * record past the mapping and every later one are pwritten, a cut stops the
+ * mapping, and a reservation the filesystem refuses turns into an error code
+ * from the write, not a SIGBUS.
+ *
+ * Built and run by tests/test_csrc.py (with ASan/UBSan where available):
+ *   cc -std=c11 -Wall -Wextra -Werror -Icsrc csrc/tests/test_log.c csrc/ds_log.c
+ * The last line printed is "N passed, M failed". It writes small files in
+ * $TMPDIR (or /tmp) and removes them.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "../ds_log.h"
+
+#include "check.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int temp_file(char *path, size_t size)
+{
+    const char *dir = getenv("TMPDIR");
+    snprintf(path, size, "%s/ds_log_XXXXXX", dir && *dir ? dir : "/tmp");
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        perror("mkstemp");
+        exit(2);
+    }
+    return fd;
+}
+
+static long long file_size(int fd)
+{
+    struct stat st;
+    CHECK_EQ(fstat(fd, &st), 0);
+    return (long long)st.st_size;
+}
+
+/* Writes a record of ``n`` bytes of ``fill`` at ``*end`` and checks it reads back. */
+static int put(ds_log *l, uint64_t *end, size_t n, char fill)
+{
+    char buf[4096], back[4096];
+    CHECK(n <= sizeof buf);
+    memset(buf, fill, n);
+    int rc = ds_log_write(l, buf, n, *end);
+    if (rc == 0) {
+        CHECK_EQ(pread(l->fd, back, n, (off_t)*end), (long long)n);
+        CHECK(memcmp(buf, back, n) == 0);
+        *end += n;
+    }
+    return rc;
+}
+
+static void test_mapped_writes(void)
+{
+    char path[512];
+    int fd = temp_file(path, sizeof path);
+    ds_log l;
+    ds_log_init(&l, fd, 1 << 20, 64 << 10);
+    CHECK(l.base != NULL);
+    uint64_t end = 0;
+    for (int i = 0; i < 1000; i++) {
+        CHECK_EQ(put(&l, &end, 300, (char)('a' + i % 26)), 0);
+    }
+    CHECK_EQ(l.mapped_writes, 1000);
+    /* Reserved a chunk ahead, never past the mapping; the file's size is what was reserved. */
+    CHECK(l.reserved >= end && l.reserved <= end + (64 << 10));
+    CHECK_EQ(file_size(fd), (long long)l.reserved);
+    /* Past the reserved records the file reads as zeros (a reader stops there). */
+    char z[16];
+    CHECK_EQ(pread(fd, z, sizeof z, (off_t)end), (long long)sizeof z);
+    for (size_t i = 0; i < sizeof z; i++) {
+        CHECK_EQ(z[i], 0);
+    }
+    ds_log_release(&l);
+    CHECK(l.base == NULL);
+    close(fd);
+    unlink(path);
+}
+
+static void test_past_the_mapping(void)
+{
+    char path[512];
+    int fd = temp_file(path, sizeof path);
+    ds_log l;
+    ds_log_init(&l, fd, 8192, 4096);
+    uint64_t end = 0;
+    for (int i = 0; i < 8; i++) {
+        CHECK_EQ(put(&l, &end, 1000, 'm'), 0); /* 8,000 bytes: all mapped */
+    }
+    CHECK_EQ(l.mapped_writes, 8);
+    CHECK_EQ(put(&l, &end, 1000, 'p'), 0); /* would cross the mapping's end: pwritten whole */
+    CHECK_EQ(put(&l, &end, 100, 'q'), 0);
+    CHECK_EQ(l.mapped_writes, 8);
+    CHECK_EQ(file_size(fd), (long long)end);
+    ds_log_release(&l);
+    close(fd);
+    unlink(path);
+}
+
+static void test_unmapped(void)
+{
+    char path[512];
+    int fd = temp_file(path, sizeof path);
+    ds_log l;
+    ds_log_init(&l, fd, 0, 4096);
+    CHECK(l.base == NULL);
+    uint64_t end = 0;
+    CHECK_EQ(put(&l, &end, 200, 'u'), 0);
+    CHECK_EQ(put(&l, &end, 200, 'v'), 0);
+    CHECK_EQ(l.mapped_writes, 0);
+    CHECK_EQ(file_size(fd), 400);
+    ds_log_release(&l);
+    close(fd);
+    unlink(path);
+}
+
+static void test_cut(void)
+{
+    char path[512];
+    int fd = temp_file(path, sizeof path);
+    ds_log l;
+    ds_log_init(&l, fd, 1 << 20, 64 << 10);
+    uint64_t end = 0;
+    CHECK_EQ(put(&l, &end, 500, 'a'), 0);
+    CHECK_EQ(put(&l, &end, 500, 'b'), 0);
+    CHECK_EQ(ds_log_cut(&l, 500), 0); /* the second record was torn: cut it off */
+    CHECK_EQ(file_size(fd), 500);
+    end = 500;
+    CHECK_EQ(put(&l, &end, 300, 'c'), 0); /* past the cut: pwritten, no store to a page past the end */
+    CHECK_EQ(l.mapped_writes, 2);
+    CHECK_EQ(file_size(fd), 800);
+    ds_log_release(&l);
+    close(fd);
+    unlink(path);
+}
+
+static void test_refused_reservation(void)
+{
+    /* A file size limit makes posix_fallocate fail as a full disk would: the
+     * writes below it succeed, the one past it reports the error. */
+    char path[512];
+    int fd = temp_file(path, sizeof path);
+    struct rlimit old, lim;
+    CHECK_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, SIG_IGN);
+    lim = old;
+    lim.rlim_cur = 100 << 10;
+    CHECK_EQ(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    ds_log l;
+    ds_log_init(&l, fd, 1 << 20, 64 << 10);
+    uint64_t end = 0;
+    int rc = 0;
+    while (rc == 0 && end < (1 << 20)) {
+        rc = put(&l, &end, 1000, 'r');
+    }
+    CHECK_EQ(setrlimit(RLIMIT_FSIZE, &old), 0);
+    CHECK_EQ(rc, EFBIG);
+    CHECK(end >= 64 << 10 && end <= 100 << 10); /* the first chunk was mapped; writes went on to the limit */
+    CHECK(l.mapped_writes > 0);
+    ds_log_release(&l);
+    close(fd);
+    unlink(path);
+}
+
+int main(void)
+{
+    test_mapped_writes();
+    test_past_the_mapping();
+    test_unmapped();
+    test_cut();
+    test_refused_reservation();
+    return check_report();
+}
