@@ -48,11 +48,20 @@ static int reserve(ds_log *l, uint64_t end)
     return 1;
 }
 
-int ds_log_write(ds_log *l, const void *p, size_t n, uint64_t offset)
+void *ds_log_span(ds_log *l, uint64_t offset, size_t n)
 {
     if (l->base != NULL && offset + n <= l->mapped && (offset + n <= l->reserved || reserve(l, offset + n))) {
-        memcpy(l->base + offset, p, n);
         l->mapped_writes++;
+        return l->base + offset;
+    }
+    return NULL;
+}
+
+int ds_log_write(ds_log *l, const void *p, size_t n, uint64_t offset)
+{
+    void *span = ds_log_span(l, offset, n);
+    if (span != NULL) {
+        memcpy(span, p, n);
         return 0;
     }
     const char *c = p;

@@ -45,6 +45,12 @@ typedef struct ds_log {
  * writes then go through pwrite. Never fails. */
 void ds_log_init(ds_log *l, int fd, uint64_t map_bytes, uint64_t chunk);
 
+/* Where to store ``n`` bytes at ``offset`` through the mapping (space for
+ * them is reserved: counted as a mapped write), or NULL: then they go
+ * through ds_log_write, which pwrites them. A caller that builds a record
+ * in place gets no copy. */
+void *ds_log_span(ds_log *l, uint64_t offset, size_t n);
+
 /* Writes ``n`` bytes at ``offset``: returns 0 or an errno value (a short
  * pwrite is EIO). A failed write may have left part of the bytes there. */
 int ds_log_write(ds_log *l, const void *p, size_t n, uint64_t offset);

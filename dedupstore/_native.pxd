@@ -115,6 +115,7 @@ cdef extern from "ds_log.h":
         uint64_t reserved
         uint64_t mapped_writes
     void ds_log_init(ds_log *l, int fd, uint64_t map_bytes, uint64_t chunk)
+    void *ds_log_span(ds_log *l, uint64_t offset, size_t n)
     int ds_log_write(ds_log *l, const void *p, size_t n, uint64_t offset)
     int ds_log_cut(ds_log *l, uint64_t offset)
     void ds_log_release(ds_log *l)

@@ -998,6 +998,12 @@ cdef class LogFile:
         """Records copied into the mapping (the others were pwritten)."""
         return self._l.mapped_writes
 
+    cdef uint8_t *span(self, Py_ssize_t n, uint64_t offset) except? NULL:
+        # Where to build an n-byte record at offset in the mapping, or NULL (write() it).
+        if not self._open:
+            raise ValueError("the log segment is closed")
+        return <uint8_t *>ds_log_span(&self._l, offset, <size_t>n)
+
     cdef int write(self, const char *p, Py_ssize_t n, uint64_t offset) except -1:
         cdef int rc
         if not self._open:
@@ -1161,25 +1167,40 @@ cdef class Overlay:
         than handing the GIL over) and :meth:`keep` them. Returns the bytes
         written, 0 if no op was written. Raises OSError with the ops dropped
         but the call's writes still undoable: the caller rolls them back."""
-        cdef object rec = self._frame(part, seq)
-        if rec is None:
+        cdef Py_ssize_t n = len(self._ops)
+        cdef uint8_t *span
+        cdef object rec
+        if n == 0:
             return 0
-        f.write(PyBytes_AS_STRING(rec), PyBytes_GET_SIZE(rec), offset)
+        self._check_size(n)
+        span = f.span(18 + n + 4, offset)
+        if span != NULL:
+            self._frame_into(span, n, part, seq)  # built in place: no copy
+        else:
+            rec = self._frame(part, seq)
+            f.write(PyBytes_AS_STRING(rec), PyBytes_GET_SIZE(rec), offset)
         del self._undo[:]
-        return PyBytes_GET_SIZE(rec)
+        return 18 + n + 4
+
+    cdef int _check_size(self, Py_ssize_t n) except -1:
+        if n > 0xFFFFFFFF - 32:
+            raise ValueError("one call wrote more than a journal record holds")
+        return 0
 
     cdef object _frame(self, uint16_t part, uint64_t seq):
         cdef Py_ssize_t n = len(self._ops)
         cdef bytes out
-        cdef uint8_t *p
-        cdef uint32_t crc
-        cdef int i
         if n == 0:
             return None
-        if n > 0xFFFFFFFF - 32:
-            raise ValueError("one call wrote more than a journal record holds")
+        self._check_size(n)
         out = PyBytes_FromStringAndSize(NULL, 18 + n + 4)
-        p = <uint8_t *>PyBytes_AS_STRING(out)
+        self._frame_into(<uint8_t *>PyBytes_AS_STRING(out), n, part, seq)
+        return out
+
+    cdef int _frame_into(self, uint8_t *p, Py_ssize_t n, uint16_t part, uint64_t seq) except -1:
+        # The record of the n bytes of ops taken (18 + n + 4 bytes at p); the ops are dropped.
+        cdef uint32_t crc
+        cdef int i
         memcpy(p, b"DSJ2", 4)
         for i in range(4):
             p[4 + i] = <uint8_t>((<uint64_t>n >> (8 * i)) & 0xFF)
@@ -1192,7 +1213,7 @@ cdef class Overlay:
         for i in range(4):
             p[18 + n + i] = <uint8_t>((crc >> (8 * i)) & 0xFF)
         del self._ops[:]
-        return out
+        return 0
 
     def keep(self):
         """The ops taken are in the log: they can no longer be undone."""

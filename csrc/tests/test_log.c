@@ -105,6 +105,30 @@ static void test_past_the_mapping(void)
     unlink(path);
 }
 
+static void test_span(void)
+{
+    /* A record built in place: the span is inside the mapping, reserved,
+     * counted; past the mapping there is none (the caller pwrites). */
+    char path[512];
+    int fd = temp_file(path, sizeof path);
+    ds_log l;
+    ds_log_init(&l, fd, 8192, 4096);
+    char *p = ds_log_span(&l, 100, 50);
+    CHECK(p == l.base + 100);
+    CHECK(l.reserved >= 150);
+    memset(p, 's', 50);
+    char back[50];
+    CHECK_EQ(pread(fd, back, sizeof back, 100), 50);
+    CHECK(memcmp(back, p, sizeof back) == 0);
+    CHECK_EQ(l.mapped_writes, 1);
+    CHECK(ds_log_span(&l, 8000, 200) == NULL);
+    CHECK_EQ(l.mapped_writes, 1);
+    ds_log_release(&l);
+    CHECK(ds_log_span(&l, 0, 10) == NULL); /* released: nothing is mapped */
+    close(fd);
+    unlink(path);
+}
+
 static void test_unmapped(void)
 {
     char path[512];
@@ -174,6 +198,7 @@ int main(void)
 {
     test_mapped_writes();
     test_past_the_mapping();
+    test_span();
     test_unmapped();
     test_cut();
     test_refused_reservation();
