@@ -2,6 +2,7 @@
 
 #include "ds_bytes.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 static inline uint64_t rotl(uint64_t x, int b) { return (x << b) | (x >> (64 - b)); }
@@ -82,8 +83,11 @@ uint64_t ds_siphash64(const ds_hash_key *key, const void *data, size_t len)
     return ds_load_le64(out);
 }
 
-static uint32_t crc_table[256];
-static int crc_ready;
+/* Slicing-by-8: eight bytes a step through eight tables (table k maps a
+ * byte to its CRC followed by k zero bytes), about 4x the byte-at-a-time
+ * loop's speed for a write-behind record of a few hundred bytes. */
+static uint32_t crc_table[8][256];
+static atomic_int crc_ready;
 
 static void crc_init(void)
 {
@@ -91,18 +95,33 @@ static void crc_init(void)
         uint32_t c = n;
         for (int k = 0; k < 8; k++)
             c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        crc_table[n] = c;
+        crc_table[0][n] = c;
     }
-    crc_ready = 1; /* a racing first use only computes the same table twice */
+    for (uint32_t n = 0; n < 256; n++) {
+        for (int t = 1; t < 8; t++)
+            crc_table[t][n] = crc_table[0][crc_table[t - 1][n] & 0xFF] ^ (crc_table[t - 1][n] >> 8);
+    }
+    /* A racing first use computes the same tables again; the release store
+     * makes them visible before the flag to any thread that sees it. */
+    atomic_store_explicit(&crc_ready, 1, memory_order_release);
 }
 
 uint32_t ds_crc32(uint32_t crc, const void *data, size_t len)
 {
     const uint8_t *p = data;
-    if (!crc_ready)
+    if (!atomic_load_explicit(&crc_ready, memory_order_acquire))
         crc_init();
     crc = ~crc;
+    while (len >= 8) {
+        uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+        uint32_t hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;
+        crc = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^ crc_table[5][(lo >> 16) & 0xFF] ^
+              crc_table[4][lo >> 24] ^ crc_table[3][hi & 0xFF] ^ crc_table[2][(hi >> 8) & 0xFF] ^
+              crc_table[1][(hi >> 16) & 0xFF] ^ crc_table[0][hi >> 24];
+        p += 8;
+        len -= 8;
+    }
     while (len--)
-        crc = crc_table[(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+        crc = crc_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
     return ~crc;
 }
