@@ -17,7 +17,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
-from .errors import InvalidIntentError, InvalidKeyError, StoreFormatError
+from .errors import InvalidInputError, InvalidIntentError, InvalidKeyError, InvalidTokenError, OutcomeTooLargeError, StoreFormatError
 
 NEW = DS_NEW
 DUPLICATE = DS_DUPLICATE
@@ -128,6 +128,55 @@ cdef class Hasher:
                 (<list>order).append(i)
         return kbs, groups
 
+    def route_leased(self, bytes ns_prefix, object items, uint32_t partitions, Py_ssize_t max_outcome=-1,
+                     str namespace=None):
+        """``complete_many``'s items (key, token, outcome), or with
+        ``max_outcome`` -1 ``release_many``'s (key, token): each key checked
+        and routed as by :meth:`route_keys`, each token by :func:`check_token`
+        and each outcome by :func:`outcome_bytes` and against ``max_outcome``
+        (the error names ``namespace``). Returns (keys as bytes, tokens,
+        outcomes as bytes or None, {partition: [indexes]})."""
+        cdef char buf[2 + C_MAX_KEY_BYTES]
+        if type(items) is not list:
+            items = list(items)
+        cdef Py_ssize_t i, n = len(items)
+        cdef Py_ssize_t width = 2 if max_outcome < 0 else 3
+        cdef list kbs = [None] * n
+        cdef list toks = [None] * n
+        cdef list outs = None if max_outcome < 0 else [None] * n
+        cdef dict groups = {}
+        cdef bytes kb, out
+        cdef tuple item
+        cdef uint32_t p
+        if PyBytes_GET_SIZE(ns_prefix) != 2 or partitions < 1:
+            raise ValueError("route_leased() takes a 2-byte namespace prefix and at least one partition")
+        memcpy(buf, PyBytes_AS_STRING(ns_prefix), 2)
+        for i in range(n):
+            item = items[i] if type(items[i]) is tuple else tuple(items[i])
+            if len(item) != width:
+                raise InvalidInputError(
+                    f"each item must be ({'key, token, outcome' if width == 3 else 'key, token'}); "
+                    f"item {i} has {len(item)} fields"
+                )
+            kb = key_bytes(item[0])
+            kbs[i] = kb
+            toks[i] = check_token(item[1])
+            if outs is not None:
+                out = outcome_bytes(item[2])
+                if PyBytes_GET_SIZE(out) > max_outcome:
+                    raise OutcomeTooLargeError(
+                        f"outcome is {PyBytes_GET_SIZE(out)} bytes; namespace {namespace!r} allows at most "
+                        f"max_outcome_bytes={max_outcome}"
+                    )
+                outs[i] = out
+            p = self._route(buf, kb, partitions)
+            order = groups.get(p)
+            if order is None:
+                groups[p] = [i]
+            else:
+                (<list>order).append(i)
+        return kbs, toks, outs, groups
+
     def intent_digest(self, object intent, tuple fields=None):
         """The stored digest of ``intent``, or None for "no intent check"."""
         cdef bytes canon = canonical_intent(intent, fields)
@@ -144,6 +193,30 @@ cdef class Hasher:
             canon = None if intent is None else canonical_intent(intent, fields)
             out.append(None if canon is None else self.digest(canon))
         return out
+
+
+#: The largest lease token (tokens are 1..2**63-1).
+MAX_TOKEN = 0x7FFFFFFFFFFFFFFF
+
+
+def check_token(object value):
+    """``value`` as a lease token: an int (not a bool) in 1..2**63-1, else
+    InvalidTokenError."""
+    if (type(value) is int or (isinstance(value, int) and not isinstance(value, bool))) and 1 <= value <= MAX_TOKEN:
+        return value
+    raise InvalidTokenError(f"token must be an int in 1..2**63-1 as returned by claim(); got {value!r}")
+
+
+def outcome_bytes(object value) -> bytes:
+    """An outcome as bytes: bytes, str (UTF-8), bytearray or memoryview;
+    anything else is InvalidInputError."""
+    if type(value) is bytes:
+        return value
+    if isinstance(value, str):
+        return (<str>value).encode("utf-8")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    raise InvalidInputError(f"outcome must be bytes or str; got {type(value).__name__}")
 
 
 def key_bytes(object key) -> bytes:

@@ -87,12 +87,7 @@ def _lease(value: object) -> float:
     return parse_duration(value, what="lease", minimum=MIN_LEASE_S, maximum=MAX_LEASE_S)
 
 
-def _outcome(value: object) -> bytes:
-    if isinstance(value, str):
-        return value.encode("utf-8")
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value)
-    raise InvalidInputError(f"outcome must be bytes or str; got {type(value).__name__}")
+_outcome = _native.outcome_bytes
 
 
 def _record(msg: Any, field: str = "record") -> Record | None:

@@ -31,7 +31,6 @@ from .commit import GroupCommitter, StoreCommitter
 from .errors import (
     ForkedStoreError,
     InvalidInputError,
-    InvalidTokenError,
     LeaseLostError,
     OutcomeTooLargeError,
     StoreAlreadyOpenError,
@@ -83,7 +82,7 @@ _release_batch = _native.release_batch
 MAX_CLAIMANT_BYTES = 128
 MAX_EVENT_ID_BYTES = 128
 MAX_BATCH = 100_000
-MAX_TOKEN = (1 << 63) - 1
+MAX_TOKEN = _native.MAX_TOKEN
 DEFAULT_EVICTION_RATE = 50_000.0
 DEFAULT_EVICTION_BATCH = 500
 MAX_EVICTION_RATE = 10_000_000.0
@@ -174,10 +173,7 @@ def _time_us(value: object, what: str) -> int:
     return int(value * 1_000_000)
 
 
-def _token(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOKEN:
-        raise InvalidTokenError(f"token must be an int in 1..2**63-1 as returned by claim(); got {value!r}")
-    return value
+_token = _native.check_token
 
 
 def _put_meta(txn: Any, *, key: bytes, value: bytes, db: Any) -> None:
@@ -805,14 +801,16 @@ class DedupStore:
         Returns a :class:`ClaimResult` whose ``status`` is one of
         :class:`Status` (SPEC section 3 lists what the caller does for each).
         """
-        self._check()
-        ns = self._namespace(namespace)
+        ns = self._ns.get(namespace)
+        if ns is None or self._dead is not None:
+            self._check()
+            ns = self._namespace(namespace)
         kb = _native.key_bytes(key)
         digest = None if intent is None else self._hasher.intent_digest(intent, ns.fields)
         pidx = self._hasher.route(ns.prefix, kb, self._nparts)
         part = self._parts[pidx]
         space = ns.spaces[pidx]
-        now = self._now_us()
+        now = int(self._clock() * 1_000_000)
         lease_us = ns.lease_us if lease is None else _lease_us(lease)
         et = _native.NO_TIME if event_time is None else _time_us(event_time, "event_time")
         cl = None if claimant is None else _small_bytes(claimant, "claimant", MAX_CLAIMANT_BYTES)
@@ -827,7 +825,7 @@ class DedupStore:
                 res = space.claim(txn, kb, digest, now, lease_us, et, cl, eid, False)
             if res is None:
                 res = self._commit(part, lambda txn: space.claim(txn, kb, digest, now, lease_us, et, cl, eid, True))
-        self._tally((res,))
+        _native.tally((res,), self._counts)  # as _tally()
         return self._result(res, namespace, kb, res[6], now)
 
     def claim_many(
@@ -841,8 +839,10 @@ class DedupStore:
     ) -> BatchResult:
         """Claim many keys at once: one transaction per partition touched,
         partitions written one after another; verdicts in input order."""
-        self._check()
-        ns = self._namespace(namespace)
+        ns = self._ns.get(namespace)
+        if ns is None or self._dead is not None:
+            self._check()
+            ns = self._namespace(namespace)
         n = len(keys)
         if n > MAX_BATCH:
             raise InvalidInputError(f"claim_many takes at most {MAX_BATCH} keys per call; got {n}")
@@ -856,7 +856,7 @@ class DedupStore:
         if event_times is not None:
             ets = [None if t is None else _time_us(t, "event_time") for t in event_times]
         cl = None if claimant is None else _small_bytes(claimant, "claimant", MAX_CLAIMANT_BYTES)
-        now = self._now_us()
+        now = int(self._clock() * 1_000_000)
         lease_us = ns.lease_us
         results: list[Any] = [None] * n
         # Straight to the write transactions: a batch almost always writes
@@ -870,7 +870,7 @@ class DedupStore:
             )
             for p, order in groups.items()
         ])
-        self._tally(results)
+        _native.tally(results, self._counts)  # as _tally()
         statuses, tokens, retry = _native.batch_columns(results, STATUS_BY_CODE, LEASED_CODES)
         result = self._result
         return BatchResult(
@@ -944,20 +944,17 @@ class DedupStore:
         return self._pool
 
     def _leased_op(self, namespace: str, key: bytes | str, token: object) -> tuple[_Namespace, bytes, int, _Partition]:
-        self._check()
-        ns = self._namespace(namespace)
+        ns = self._ns.get(namespace)
+        if ns is None or self._dead is not None:
+            self._check()
+            ns = self._namespace(namespace)
         kb = _native.key_bytes(key)
         tok = _token(token)
         pidx = self._hasher.route(ns.prefix, kb, self._nparts)
         return ns, kb, tok, self._parts[pidx]
 
     def _outcome(self, ns: _Namespace, namespace: str, outcome: object) -> bytes:
-        if isinstance(outcome, str):
-            outcome = outcome.encode("utf-8")
-        elif isinstance(outcome, (bytearray, memoryview)):
-            outcome = bytes(outcome)
-        if not isinstance(outcome, bytes):
-            raise InvalidInputError(f"outcome must be bytes or str; got {type(outcome).__name__}")
+        outcome = _native.outcome_bytes(outcome)
         if len(outcome) > ns.max_outcome:
             raise OutcomeTooLargeError(
                 f"outcome is {len(outcome)} bytes; namespace {namespace!r} allows at most "
@@ -981,6 +978,16 @@ class DedupStore:
             raise err
         return Record.from_raw(namespace, kb, gen, raw, now)
 
+    @classmethod
+    def _lease_errors(
+        cls, namespace: str, kbs: list[bytes], toks: list[int], codes: list[int]
+    ) -> list[LeaseLostError | None]:
+        errs: list[LeaseLostError | None] = [None] * len(codes)
+        for i, rc in enumerate(codes):
+            if rc != _native.OP_APPLY and rc != _native.OP_NOOP:
+                errs[i] = cls._lease_error(namespace, kbs[i], toks[i], rc)
+        return errs
+
     @staticmethod
     def _lease_error(namespace: str, kb: bytes, tok: int, rc: int) -> LeaseLostError | None:
         if rc == _native.OP_LEASE_LOST:
@@ -992,16 +999,20 @@ class DedupStore:
         return None
 
     def _fan_out(
-        self, namespace: str, keys: Sequence[bytes | str], tokens: Sequence[object], what: str
-    ) -> tuple[_Namespace, list[bytes], list[int], dict[int, list[int]]]:
-        """Validate a batch of leased operations and group it by partition."""
-        self._check()
-        ns = self._namespace(namespace)
-        if len(keys) > MAX_BATCH:
-            raise InvalidInputError(f"{what} takes at most {MAX_BATCH} items per call; got {len(keys)}")
-        kbs, groups = self._hasher.route_keys(ns.prefix, keys, self._nparts)
-        toks = [_token(t) for t in tokens]
-        return ns, kbs, toks, groups
+        self, namespace: str, items: Sequence[tuple[Any, ...]], what: str, outcomes: bool
+    ) -> tuple[_Namespace, list[bytes], list[int], list[bytes] | None, dict[int, list[int]]]:
+        """Validate a batch of leased operations, (key, token, outcome) items
+        or (key, token) ones, and group it by partition."""
+        ns = self._ns.get(namespace)
+        if ns is None or self._dead is not None:
+            self._check()
+            ns = self._namespace(namespace)
+        if len(items) > MAX_BATCH:
+            raise InvalidInputError(f"{what} takes at most {MAX_BATCH} items per call; got {len(items)}")
+        kbs, toks, outs, groups = self._hasher.route_leased(
+            ns.prefix, items, self._nparts, ns.max_outcome if outcomes else -1, namespace
+        )
+        return ns, kbs, toks, outs, groups
 
     def complete_many(
         self, namespace: str, items: Sequence[tuple[bytes | str, int, bytes | str]]
@@ -1013,11 +1024,9 @@ class DedupStore:
         lease, the LeaseLostError that ``complete`` would have raised (that
         item changed nothing; the others are applied).
         """
-        ns, kbs, toks, groups = self._fan_out(
-            namespace, [k for k, _, _ in items], [t for _, t, _ in items], "complete_many"
-        )
-        outs = [self._outcome(ns, namespace, o) for _, _, o in items]
-        now = self._now_us()
+        ns, kbs, toks, outs, groups = self._fan_out(namespace, items, "complete_many", True)
+        assert outs is not None
+        now = int(self._clock() * 1_000_000)
         results: list[Any] = [None] * len(items)
         self._write_partitions(
             [
@@ -1025,14 +1034,12 @@ class DedupStore:
                 for p, order in groups.items()
             ]
         )
-        return [self._lease_error(namespace, kbs[i], toks[i], rc) for i, (rc, *_) in enumerate(results)]
+        return self._lease_errors(namespace, kbs, toks, [res[0] for res in results])
 
     def release_many(self, namespace: str, items: Sequence[tuple[bytes | str, int]]) -> list[LeaseLostError | None]:
         """Release many leases at once: ``items`` are (key, token). Results as
         for :meth:`complete_many`."""
-        ns, kbs, toks, groups = self._fan_out(
-            namespace, [k for k, _ in items], [t for _, t in items], "release_many"
-        )
+        ns, kbs, toks, _, groups = self._fan_out(namespace, items, "release_many", False)
         now = self._now_us()
         results: list[Any] = [None] * len(items)
         self._write_partitions(
@@ -1041,7 +1048,7 @@ class DedupStore:
                 for p, order in groups.items()
             ]
         )
-        return [self._lease_error(namespace, kbs[i], toks[i], rc) for i, rc in enumerate(results)]
+        return self._lease_errors(namespace, kbs, toks, results)
 
     def release(self, namespace: str, key: bytes | str, token: int) -> None:
         """Remove the claim: only when the caller knows no effect happened."""

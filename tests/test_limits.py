@@ -108,6 +108,30 @@ def test_invalid_tokens(store: DedupStore, token: object) -> None:
     assert store.lookup(NS, "k") == before
 
 
+@pytest.mark.parametrize("token", [0, -1, 2**63, "123", 1.0, True, None])
+def test_invalid_tokens_in_a_batch_change_nothing(store: DedupStore, token: object) -> None:
+    good = store.claim(NS, "a")
+    store.claim(NS, "k")
+    before = store.lookup(NS, "a")
+    with pytest.raises(InvalidTokenError, match=r"1..2\*\*63-1"):
+        store.complete_many(NS, [("a", good.token, b"ok"), ("k", token, b"ok")])  # type: ignore[list-item]
+    with pytest.raises(InvalidTokenError, match=r"1..2\*\*63-1"):
+        store.release_many(NS, [("a", good.token), ("k", token)])  # type: ignore[list-item]
+    assert store.lookup(NS, "a") == before  # the valid item before it was not applied either
+
+
+def test_batch_items_of_the_wrong_shape_are_named(store: DedupStore) -> None:
+    res = store.claim(NS, "k")
+    with pytest.raises(InvalidInputError, match=r"\(key, token, outcome\); item 0 has 2 fields"):
+        store.complete_many(NS, [("k", res.token)])  # type: ignore[list-item]
+    with pytest.raises(InvalidInputError, match=r"\(key, token\); item 0 has 3 fields"):
+        store.release_many(NS, [("k", res.token, b"x")])  # type: ignore[list-item]
+    with pytest.raises(InvalidInputError, match="outcome must be bytes or str; got int"):
+        store.complete_many(NS, [["k", res.token, 7]])  # type: ignore[list-item]
+    assert store.complete_many(NS, [["k", res.token, "done"]]) == [None]  # type: ignore[list-item]
+    assert store.claim(NS, "k").outcome == b"done"
+
+
 def test_largest_token_is_well_formed_but_stale(store: DedupStore) -> None:
     store.claim(NS, "k")
     with pytest.raises(LeaseLostError):
@@ -124,6 +148,16 @@ def test_outcome_size_edges(store: DedupStore) -> None:
     assert rec is not None and rec.state.name == "PENDING"  # the lease is still held
     store.complete("small", "k", res.token, b"x" * 16)
     assert store.claim("small", "k").outcome == b"x" * 16
+
+
+def test_outcome_size_edges_in_a_batch(store: DedupStore) -> None:
+    store.ensure_namespace("small", max_outcome_bytes=16)
+    a, b = store.claim("small", "a"), store.claim("small", "b")
+    with pytest.raises(OutcomeTooLargeError, match="namespace 'small' allows at most max_outcome_bytes=16"):
+        store.complete_many("small", [("a", a.token, b"x" * 16), ("b", b.token, "x" * 17)])
+    assert all(store.lookup("small", k).state.name == "PENDING" for k in "ab")  # type: ignore[union-attr]
+    assert store.complete_many("small", [("a", a.token, b"x" * 16), ("b", b.token, "y" * 16)]) == [None, None]
+    assert store.claim("small", "b").outcome == b"y" * 16
 
 
 @pytest.mark.parametrize("value", [-1, 16 * 1024 * 1024 + 1, 1.5, "10"])
