@@ -1,0 +1,29 @@
+"""benches/bench_apply.py: every size is applied and measured, with and
+without checkpoints between applies, and its JSON has the documented shape.
+No timing is judged."""
+
+from __future__ import annotations
+
+import json
+from types import ModuleType
+
+import _benches
+import pytest
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    return _benches.load("bench_apply")
+
+
+@pytest.mark.parametrize("extra", [[], ["--complete", "--checkpoint-every", "0"]], ids=["claims", "completed-pinned"])
+def test_every_size_is_applied(bench: ModuleType, extra: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench.main(["--quick", "--json", *extra]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["base"] == 2000 and out["reps"] == 3 and out["complete"] == ("--complete" in extra)
+    assert [row["keys"] for row in out["rows"]] == [1, 16]
+    for row in out["rows"]:
+        # Every apply wrote pages (LMDB's commit) and took CPU.
+        assert row["apply_us"] > 0 and row["per_key_us"] > 0 and row["bytes_per_key"] >= 4096 // row["keys"], row
+    assert set(out["page_write_us"]) == {"filled_by_4096", "filled_by_1048576"}
+    assert all(v > 0 for v in out["page_write_us"].values())
