@@ -4,10 +4,13 @@ DEDUPSTORE_DEBUG_BUILD=1 builds with -O0 -g3 and C asserts on (-UNDEBUG);
 DEDUPSTORE_STRICT_BUILD=1 (CI) adds -Werror for the C engine's own warnings.
 """
 
+import importlib.util
 import os
+from pathlib import Path
 
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
 
 DEBUG = os.environ.get("DEDUPSTORE_DEBUG_BUILD", "") not in ("", "0")
 STRICT = os.environ.get("DEDUPSTORE_STRICT_BUILD", "") not in ("", "0")
@@ -36,7 +39,25 @@ extensions = [
     )
 ]
 
+
+
+class BuildPyWithProto(build_py):
+    """The pure-Python build, plus the wire contract's modules generated
+    from dedupstore/v1/dedupstore.proto into the build directory (never the
+    source tree; scripts/genproto.py does the generating)."""
+
+    def run(self) -> None:
+        super().run()
+        root = Path(__file__).resolve().parent
+        spec = importlib.util.spec_from_file_location("genproto", root / "scripts" / "genproto.py")
+        assert spec is not None and spec.loader is not None
+        genproto = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(genproto)
+        genproto.generate(Path(self.build_lib), root)
+
+
 setup(
+    cmdclass={"build_py": BuildPyWithProto},
     ext_modules=cythonize(
         extensions,
         compiler_directives={"language_level": "3", "embedsignature": True},

@@ -27,7 +27,9 @@ setup() {
             fi
         fi
     fi
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "setuptools>=68" wheel "Cython>=3.0"
+    # The build requirements of pyproject.toml's [build-system].
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "setuptools>=68" wheel "Cython>=3.0" \
+        "grpcio-tools==1.85.1"
     # No build isolation: the build tools above are already in the venv, so a
     # rebuild costs a compile, not a fresh download of setuptools and Cython.
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation "$1"
@@ -56,6 +58,8 @@ case "$cmd" in
     test)
         setup '.[test]'
         "$VENV/bin/ruff" check .
+        # The wire modules mypy reads in the source tree (not committed).
+        "$VENV/bin/python" scripts/genproto.py >/dev/null
         "$VENV/bin/mypy"
         # From tests/, so the installed package (with its compiled _native), not
         # the source tree, is what gets imported and checked.
