@@ -21,8 +21,8 @@ over the file, one pwrite(2) each, where under a pin held throughout
 (``--checkpoint-every 0``) it appends fresh pages in a few writev(2) calls.
 It prints, per n, the apply's CPU time (this thread's, ``time.thread_time``)
 per apply and per key, the bytes it wrote with write(2) and pwrite(2)
-(``/proc/self/io`` ``wchar``: LMDB's page writes), and a least-squares fit of
-``cpu = fixed + per_key * n`` over the sizes. With ``--complete`` each
+(``/proc/self/io`` ``wchar``: LMDB's page writes), and the cost of each
+further key between the two largest sizes. With ``--complete`` each
 batch's claims are completed before the apply (the main job's mix: a claim
 completed within one interval writes only its completed record).
 
@@ -131,10 +131,11 @@ def measure(
                 })
         finally:
             store.close()
-    xs = [r["keys"] for r in rows]
-    ys = [r["apply_us"] for r in rows]
-    slope, intercept = statistics.linear_regression(xs, ys)
-    return {"fixed_us": round(intercept, 1), "per_key_us": round(slope, 2), "rows": rows}
+    # What one more key adds, where the apply's own pages (meta, roots, free
+    # list) are spread thin: between the two largest sizes.
+    a, b = rows[-2], rows[-1]
+    marginal = (b["apply_us"] - a["apply_us"]) / (b["keys"] - a["keys"])
+    return {"marginal_us_per_key": round(marginal, 2), "rows": rows}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'keys':>6s} {'us per apply':>13s} {'us per key':>11s} {'bytes written per key':>22s}")
     for r in out["rows"]:
         print(f"{r['keys']:6d} {r['apply_us']:13.1f} {r['per_key_us']:11.2f} {r['bytes_per_key']:22,d}")
-    print(f"fit: {out['fixed_us']:.1f} us per apply + {out['per_key_us']:.2f} us per key")
+    a, b = out["rows"][-2]["keys"], out["rows"][-1]["keys"]
+    print(f"each key past {a}: {out['marginal_us_per_key']:.2f} us (from {a} to {b} keys per apply)")
     return 0
 
 
