@@ -209,6 +209,14 @@ class LoadReport:
     #: (claim, complete and release of each round): how busy it was.
     store_call_seconds: float = 0.0
     store_call_cpu_seconds: float = 0.0
+    #: Write-behind applies (LMDB transactions of the windows, flush or
+    #: sync mode) and the wall time they took; of them, those a store call
+    #: ran in the consumer's thread (flush mode, a busy window), and the wall
+    #: time those calls spent applying: time the consumer was not claiming.
+    applies: int = 0
+    apply_seconds: float = 0.0
+    call_applies: int = 0
+    call_apply_seconds: float = 0.0
     #: Claim latency of each event in stream order, from its scheduled time (us);
     #: for an unclaimed event, the time it had waited when the run stopped (a
     #: lower bound, so a run cut short never looks faster than it was).
@@ -280,6 +288,15 @@ class LoadReport:
                 "frontier_advance_seconds": round(self.frontier_advance, 1),
             },
             "bloom": {"enabled": c.bloom, "filters": self.filters},
+            "applies": {
+                "count": self.applies,
+                "mean_us": round(self.apply_seconds / self.applies * 1e6, 1) if self.applies else 0.0,
+                "in_calls": self.call_applies,
+                "in_calls_mean_us": (
+                    round(self.call_apply_seconds / self.call_applies * 1e6, 1) if self.call_applies else 0.0
+                ),
+                "in_calls_share": round(self.call_apply_seconds / self.wall_seconds, 4) if self.wall_seconds else 0.0,
+            },
         }
 
 
@@ -399,9 +416,19 @@ class PrefilterRefresher:
         self._thread.join()
 
 
-def _retention(store: DedupStore) -> dict[str, Any]:
-    ns: dict[str, Any] = store.stats()["namespaces"][NAMESPACE]
+def _retention(store: DedupStore, stats: dict[str, Any] | None = None) -> dict[str, Any]:
+    ns: dict[str, Any] = (store.stats() if stats is None else stats)["namespaces"][NAMESPACE]
     return ns
+
+
+#: The write-behind figures the report sums over partitions.
+_APPLY_FIGURES = ("applies", "apply_seconds", "call_applies", "call_apply_seconds")
+
+
+def _applies(stats: dict[str, Any]) -> dict[str, float]:
+    """The write-behind windows' apply figures, summed over partitions."""
+    wbs = [p["write_behind"] for p in stats["partition_stats"] if p.get("write_behind")]
+    return {k: sum(wb[k] for wb in wbs) for k in _APPLY_FIGURES}
 
 
 def _run(
@@ -460,7 +487,9 @@ def _drive(
     total = len(stream.keys)
     counts = dict.fromkeys(Status, 0)
     consumer = _Consumer(store, stream, clock.base, counts)
-    frontier0 = _retention(store)["frontier"]
+    stats0 = store.stats()
+    frontier0 = _retention(store, stats0)["frontier"]
+    applies0 = _applies(stats0)
     interval = 1.0 / config.rate
     # Events that share a scheduled time: a producer batch in "batch" mode.
     step = config.batch if config.mode == "batch" else 1
@@ -519,7 +548,12 @@ def _drive(
     report.claimed = sent
     latencies.extend((stop - t0 - (i - i % step) * interval) * 1e6 for i in range(sent, total))
     report.verdicts = {s.name: n for s, n in counts.items()}
-    ret = _retention(store)
+    stats1 = store.stats()
+    applies1 = _applies(stats1)
+    delta = {k: applies1[k] - applies0[k] for k in _APPLY_FIGURES}
+    report.applies, report.call_applies = int(delta["applies"]), int(delta["call_applies"])
+    report.apply_seconds, report.call_apply_seconds = delta["apply_seconds"], delta["call_apply_seconds"]
+    ret = _retention(store, stats1)
     report.evicted = ret["evicted"]
     report.eviction_lag_end = ret["eviction_lag_seconds"]
     report.eviction_lag_max = max(report.eviction_lag_max, report.eviction_lag_end)

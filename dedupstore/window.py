@@ -368,6 +368,9 @@ class Window:
         self.applied_keys = 0
         self.logged_bytes = 0
         self._mapped_records = 0  # of segments dropped
+        self.apply_seconds = 0.0
+        self.call_applies = 0
+        self.call_apply_seconds = 0.0
 
     @property
     def name(self) -> str | None:
@@ -376,14 +379,18 @@ class Window:
 
     def stats(self) -> dict[str, Any]:
         """For ``DedupStore.stats()``: whether the window is open now, how
-        often it was opened, the applies (transactions) and keys they wrote,
-        the bytes logged, and how many records went into a segment's mapping
+        often it was opened, the applies (transactions), keys they wrote and
+        wall time their transactions took, how many of them a call ran in its
+        own thread (:meth:`apply_if_due`) and the wall time those took whole
+        (what a call waited for), the bytes logged, and how many records went into a segment's mapping
         (the others were pwritten: sync mode's journal records, and records
         past the mapping or the disk space it could reserve)."""
         mapped = self._mapped_records + (self._log.mapped_writes if self._log is not None else 0)
         return {
             "open": self.active, "opened": self.opened, "applies": self.applies,
-            "applied_keys": self.applied_keys, "logged_bytes": self.logged_bytes, "mapped_records": mapped,
+            "applied_keys": self.applied_keys, "apply_seconds": round(self.apply_seconds, 6),
+            "call_applies": self.call_applies, "call_apply_seconds": round(self.call_apply_seconds, 6),
+            "logged_bytes": self.logged_bytes, "mapped_records": mapped,
         }
 
     def run(self, op: Callable[[Any], Any], sync: bool = True) -> Any:
@@ -455,7 +462,12 @@ class Window:
             return  # being applied already
         try:
             if not self._others():
-                self._apply_behind()
+                t0 = time.perf_counter()
+                try:
+                    self._apply_behind()
+                finally:
+                    self.call_applies += 1
+                    self.call_apply_seconds += time.perf_counter() - t0
         except Exception:
             # This call is acknowledged: an apply that failed is the
             # flusher's to retry and report, at its next tick.
@@ -686,6 +698,7 @@ class Window:
     def _commit(self, changes: list[tuple[int, bytes, bytes | None]], owner: Owner | None) -> None:
         """One transaction writing ``changes`` and ``W`` (deleted if
         ``owner`` is None); a full map is checkpointed once and retried."""
+        t0 = time.perf_counter()
         try:
             for attempt in (0, 1):
                 txn = self._env.begin(write=True)
@@ -709,6 +722,8 @@ class Window:
                 f"applies them"
             )
             raise self.failed from None
+        finally:
+            self.apply_seconds += time.perf_counter() - t0
         self.applies += 1
         self.applied_keys += len(changes)
 

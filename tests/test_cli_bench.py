@@ -33,6 +33,12 @@ def test_bench_json_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path, d
     assert doc["written_bytes"] >= 0 and doc["written_bytes_per_event"] >= 0
     # One thread makes the calls: their CPU time is at most their wall time.
     assert 0 < doc["store_call_share"] <= 1 and 0 < doc["store_call_cpu_us"] <= doc["store_call_us"] + 1
+    # The windows were applied; only a flush-mode call applies one itself.
+    ap = doc["applies"]
+    assert ap["count"] > 0 and ap["mean_us"] > 0 and 0 <= ap["in_calls"] <= ap["count"]
+    assert 0 <= ap["in_calls_share"] <= doc["store_call_share"]
+    if durability == "sync":
+        assert ap["in_calls"] == 0 and ap["in_calls_mean_us"] == 0
 
 
 def test_bench_table_and_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

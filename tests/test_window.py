@@ -310,10 +310,15 @@ def test_a_busy_window_is_applied_by_the_call_that_finds_it_due(
         win = s._parts[0].window
         assert win is not None and len(win.overlay or ()) > 0, "applied before it was due"
         threads, _ = applies()
+        before = win.stats()
         monkeypatch.setattr(win, "_apply_at", 0.0)  # due now
         assert s.claim_many("n", ["b", "c"]).statuses == [Status.NEW, Status.NEW]
         assert threads == [threading.current_thread().name]
         assert len(win.overlay or ()) == 0
+        after = win.stats()  # the call's apply is counted as one, and timed
+        assert after["call_applies"] == before["call_applies"] + 1 == after["applies"] - before["applies"]
+        assert after["call_apply_seconds"] > before["call_apply_seconds"]
+        assert after["apply_seconds"] > before["apply_seconds"]
         ns = s._namespace("n")
         with s._parts[0].env.begin() as txn:
             for key in (b"a", b"b", b"c"):

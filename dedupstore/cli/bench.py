@@ -161,6 +161,14 @@ def _summary(config: LoadConfig, report: LoadReport, doc: dict[str, Any]) -> lis
                      f"{doc['store_call_us']:,.0f} us per batch ({doc['store_call_cpu_us']:,.0f} us of CPU)"),
         ("verdicts", verdicts),
     ]
+    ap = doc["applies"]
+    if ap["count"]:
+        where = (
+            f"; {format_number(ap['in_calls'])} in the consumer's calls, {ap['in_calls_mean_us']:,.0f} us each, "
+            f"{ap['in_calls_share'] * 100:.1f}% of the time" if ap["in_calls"] else ""
+        )
+        rows.append(("applies", f"{format_number(ap['count'])} write-behind applies, {ap['mean_us']:,.0f} us "
+                                f"per transaction{where}"))
     ev = doc["eviction"]
     clock = (
         f"store clock x{format_number(config.time_scale)}: {format_duration(config.horizon)} horizon in "
