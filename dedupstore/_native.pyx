@@ -113,19 +113,13 @@ cdef class Hasher:
         cdef list kbs = [None] * n
         cdef dict groups = {}
         cdef bytes kb
-        cdef uint32_t p
         if PyBytes_GET_SIZE(ns_prefix) != 2 or partitions < 1:
             raise ValueError("route_keys() takes a 2-byte namespace prefix and at least one partition")
         memcpy(buf, PyBytes_AS_STRING(ns_prefix), 2)
         for i in range(n):
             kb = key_bytes(keys[i])
             kbs[i] = kb
-            p = self._route(buf, kb, partitions)
-            order = groups.get(p)
-            if order is None:
-                groups[p] = [i]
-            else:
-                (<list>order).append(i)
+            _group(groups, self._route(buf, kb, partitions), i)
         return kbs, groups
 
     def route_leased(self, bytes ns_prefix, object items, uint32_t partitions, Py_ssize_t max_outcome=-1,
@@ -145,9 +139,8 @@ cdef class Hasher:
         cdef list toks = [None] * n
         cdef list outs = None if max_outcome < 0 else [None] * n
         cdef dict groups = {}
-        cdef bytes kb, out
+        cdef bytes kb
         cdef tuple item
-        cdef uint32_t p
         if PyBytes_GET_SIZE(ns_prefix) != 2 or partitions < 1:
             raise ValueError("route_leased() takes a 2-byte namespace prefix and at least one partition")
         memcpy(buf, PyBytes_AS_STRING(ns_prefix), 2)
@@ -162,19 +155,8 @@ cdef class Hasher:
             kbs[i] = kb
             toks[i] = check_token(item[1])
             if outs is not None:
-                out = outcome_bytes(item[2])
-                if PyBytes_GET_SIZE(out) > max_outcome:
-                    raise OutcomeTooLargeError(
-                        f"outcome is {PyBytes_GET_SIZE(out)} bytes; namespace {namespace!r} allows at most "
-                        f"max_outcome_bytes={max_outcome}"
-                    )
-                outs[i] = out
-            p = self._route(buf, kb, partitions)
-            order = groups.get(p)
-            if order is None:
-                groups[p] = [i]
-            else:
-                (<list>order).append(i)
+                outs[i] = checked_outcome(item[2], max_outcome, namespace)
+            _group(groups, self._route(buf, kb, partitions), i)
         return kbs, toks, outs, groups
 
     def intent_digest(self, object intent, tuple fields=None):
@@ -205,6 +187,28 @@ def check_token(object value):
     if (type(value) is int or (isinstance(value, int) and not isinstance(value, bool))) and 1 <= value <= MAX_TOKEN:
         return value
     raise InvalidTokenError(f"token must be an int in 1..2**63-1 as returned by claim(); got {value!r}")
+
+
+cdef inline int _group(dict groups, uint32_t p, Py_ssize_t i) except -1:
+    # Index i joins partition p's list (route_keys, route_leased).
+    cdef object order = groups.get(p)
+    if order is None:
+        groups[p] = [i]
+    else:
+        (<list>order).append(i)
+    return 0
+
+
+def checked_outcome(object value, Py_ssize_t max_outcome, str namespace) -> bytes:
+    """:func:`outcome_bytes`, at most ``max_outcome`` bytes long (the
+    namespace ``namespace``'s limit), else OutcomeTooLargeError."""
+    cdef bytes out = outcome_bytes(value)
+    if PyBytes_GET_SIZE(out) > max_outcome:
+        raise OutcomeTooLargeError(
+            f"outcome is {PyBytes_GET_SIZE(out)} bytes; namespace {namespace!r} allows at most "
+            f"max_outcome_bytes={max_outcome}"
+        )
+    return out
 
 
 def outcome_bytes(object value) -> bytes:

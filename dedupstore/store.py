@@ -32,7 +32,6 @@ from .errors import (
     ForkedStoreError,
     InvalidInputError,
     LeaseLostError,
-    OutcomeTooLargeError,
     StoreAlreadyOpenError,
     StoreClosedError,
     StoreFormatError,
@@ -954,13 +953,7 @@ class DedupStore:
         return ns, kb, tok, self._parts[pidx]
 
     def _outcome(self, ns: _Namespace, namespace: str, outcome: object) -> bytes:
-        outcome = _native.outcome_bytes(outcome)
-        if len(outcome) > ns.max_outcome:
-            raise OutcomeTooLargeError(
-                f"outcome is {len(outcome)} bytes; namespace {namespace!r} allows at most "
-                f"max_outcome_bytes={ns.max_outcome}"
-            )
-        return outcome
+        return _native.checked_outcome(outcome, ns.max_outcome, namespace)
 
     def complete(self, namespace: str, key: bytes | str, token: int, outcome: bytes | str = b"") -> Record:
         """Record ``outcome`` for the effect and end the lease.

@@ -12,6 +12,7 @@
 #include "../ds_gsync.h"
 
 #include "check.h"
+#include "tempfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,18 +23,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static int temp_file(char *path, size_t size)
-{
-    const char *dir = getenv("TMPDIR");
-    snprintf(path, size, "%s/ds_gsync_XXXXXX", dir && *dir ? dir : "/tmp");
-    int fd = mkstemp(path);
-    if (fd < 0) {
-        perror("mkstemp");
-        exit(2);
-    }
-    return fd;
-}
 
 static void append(int fd, ds_gsync *g, uint64_t *end, size_t n)
 {
@@ -48,7 +37,7 @@ static void append(int fd, ds_gsync *g, uint64_t *end, size_t n)
 static void test_wait_covers(void)
 {
     char path[512];
-    int fd = temp_file(path, sizeof path);
+    int fd = temp_file(path, sizeof path, "ds_gsync");
     ds_gsync g;
     CHECK_EQ(ds_gsync_init(&g, fd), 0);
     uint64_t end = 0;
@@ -114,7 +103,7 @@ static void *writer(void *arg)
 static void test_writers_share_syncs(void)
 {
     char path[512];
-    struct shared sh = {.fd = temp_file(path, sizeof path), .end = 0, .failures = 0};
+    struct shared sh = {.fd = temp_file(path, sizeof path, "ds_gsync"), .end = 0, .failures = 0};
     ds_gsync g;
     sh.g = &g;
     pthread_mutex_init(&sh.lock, NULL);
@@ -145,7 +134,7 @@ static void test_writers_share_syncs(void)
 static void test_switch_syncs_the_old_file_first(void)
 {
     char p1[512], p2[512];
-    int f1 = temp_file(p1, sizeof p1), f2 = temp_file(p2, sizeof p2);
+    int f1 = temp_file(p1, sizeof p1, "ds_gsync"), f2 = temp_file(p2, sizeof p2, "ds_gsync");
     ds_gsync g;
     CHECK_EQ(ds_gsync_init(&g, f1), 0);
     uint64_t end = 0;
@@ -187,7 +176,7 @@ static void test_a_failed_fdatasync_is_sticky(void)
     CHECK_EQ(ds_gsync_wait(&g, end, &waited), EINVAL);
     CHECK_EQ(ds_gsync_wait(&g, 0, &waited), EINVAL); /* even a covered mark: fail-stop */
     char path[512];
-    int fd = temp_file(path, sizeof path);
+    int fd = temp_file(path, sizeof path, "ds_gsync");
     CHECK_EQ(ds_gsync_switch(&g, fd, end), EINVAL); /* a good file later proves nothing */
     append(fd, &g, &end, 10);
     CHECK_EQ(ds_gsync_wait(&g, end, &waited), EINVAL);
@@ -205,7 +194,7 @@ static void test_a_failed_fdatasync_is_sticky(void)
 static void test_stop_covers_what_was_appended(void)
 {
     char path[512];
-    int fd = temp_file(path, sizeof path);
+    int fd = temp_file(path, sizeof path, "ds_gsync");
     ds_gsync g;
     CHECK_EQ(ds_gsync_init(&g, fd), 0);
     uint64_t end = 0;
@@ -262,7 +251,7 @@ static void *durable_writer(void *arg)
 static void test_a_switch_during_a_sync_covers_unrequested_appends(void)
 {
     char p1[512], p2[512];
-    int fds[2] = {temp_file(p1, sizeof p1), temp_file(p2, sizeof p2)};
+    int fds[2] = {temp_file(p1, sizeof p1, "ds_gsync"), temp_file(p2, sizeof p2, "ds_gsync")};
     ds_gsync g;
     CHECK_EQ(ds_gsync_init(&g, fds[0]), 0);
     pthread_mutex_t lock;

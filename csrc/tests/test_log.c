@@ -14,6 +14,7 @@
 #include "../ds_log.h"
 
 #include "check.h"
+#include "tempfile.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -23,18 +24,6 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static int temp_file(char *path, size_t size)
-{
-    const char *dir = getenv("TMPDIR");
-    snprintf(path, size, "%s/ds_log_XXXXXX", dir && *dir ? dir : "/tmp");
-    int fd = mkstemp(path);
-    if (fd < 0) {
-        perror("mkstemp");
-        exit(2);
-    }
-    return fd;
-}
 
 static long long file_size(int fd)
 {
@@ -61,7 +50,7 @@ static int put(ds_log *l, uint64_t *end, size_t n, char fill)
 static void test_mapped_writes(void)
 {
     char path[512];
-    int fd = temp_file(path, sizeof path);
+    int fd = temp_file(path, sizeof path, "ds_log");
     ds_log l;
     ds_log_init(&l, fd, 1 << 20, 64 << 10);
     CHECK(l.base != NULL);
@@ -88,7 +77,7 @@ static void test_mapped_writes(void)
 static void test_past_the_mapping(void)
 {
     char path[512];
-    int fd = temp_file(path, sizeof path);
+    int fd = temp_file(path, sizeof path, "ds_log");
     ds_log l;
     ds_log_init(&l, fd, 8192, 4096);
     uint64_t end = 0;
@@ -110,7 +99,7 @@ static void test_span(void)
     /* A record built in place: the span is inside the mapping, reserved,
      * counted; past the mapping there is none (the caller pwrites). */
     char path[512];
-    int fd = temp_file(path, sizeof path);
+    int fd = temp_file(path, sizeof path, "ds_log");
     ds_log l;
     ds_log_init(&l, fd, 8192, 4096);
     char *p = ds_log_span(&l, 100, 50);
@@ -132,7 +121,7 @@ static void test_span(void)
 static void test_unmapped(void)
 {
     char path[512];
-    int fd = temp_file(path, sizeof path);
+    int fd = temp_file(path, sizeof path, "ds_log");
     ds_log l;
     ds_log_init(&l, fd, 0, 4096);
     CHECK(l.base == NULL);
@@ -149,7 +138,7 @@ static void test_unmapped(void)
 static void test_cut(void)
 {
     char path[512];
-    int fd = temp_file(path, sizeof path);
+    int fd = temp_file(path, sizeof path, "ds_log");
     ds_log l;
     ds_log_init(&l, fd, 1 << 20, 64 << 10);
     uint64_t end = 0;
@@ -171,7 +160,7 @@ static void test_refused_reservation(void)
     /* A file size limit makes posix_fallocate fail as a full disk would: the
      * writes below it succeed, the one past it reports the error. */
     char path[512];
-    int fd = temp_file(path, sizeof path);
+    int fd = temp_file(path, sizeof path, "ds_log");
     struct rlimit old, lim;
     CHECK_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
     signal(SIGXFSZ, SIG_IGN);
