@@ -1326,6 +1326,13 @@ class DedupStore:
             ns = self._namespace(name)
             horizon_us = int(cfg.horizon * 1_000_000)
             for part, space in zip(self._parts, ns.spaces, strict=True):
+                if space.oldest >= space.generation(now) or (space.oldest + 1) * space.gen_len + horizon_us > now:
+                    # Nothing is due: evict_step would find that too (the
+                    # stored oldest generation is at or past this handle's),
+                    # but in a write transaction, which applies the
+                    # partition's write-behind window and holds its calls
+                    # up, ten times a second from the background thread.
+                    continue
                 while remaining is None or remaining > 0:
                     step = self._evict_batch if remaining is None else min(self._evict_batch, remaining)
                     # Maintenance: not waited on (sync mode journals it, and

@@ -199,3 +199,23 @@ def test_the_background_evictor_keeps_pace_with_inserts_and_runs_free_when_idle(
     assert eviction_pace(50_000, 18_000) == 36_000
     assert eviction_pace(50_000, 40_000) == 50_000  # never above the cap
     assert eviction_pace(1_000, 5_000) == 1_000
+
+
+def test_evict_with_nothing_due_takes_no_write_transaction(store_path: Path, clock: FakeClock) -> None:
+    # The background thread calls evict() ten times a second: where nothing
+    # is past the horizon it must not open a write transaction, which would
+    # apply each partition's write-behind window and hold its calls up.
+    with _open(store_path, clock, durability="flush") as s:
+        _fill(s, clock, steps=3)
+        s.flush()
+
+        def commits() -> int:
+            return sum(p["commits"] for p in s.stats()["partition_stats"])
+
+        before = commits()
+        assert s.evict() == {"deleted": 0}
+        assert commits() == before
+        clock.advance(HORIZON + 2 * GEN)  # every filled generation is now due
+        assert s.evict()["deleted"] == 3 * 20
+        assert commits() > before
+        assert s.evict() == {"deleted": 0}
