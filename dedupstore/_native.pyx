@@ -17,7 +17,14 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
-from .errors import InvalidInputError, InvalidIntentError, InvalidKeyError, InvalidTokenError, OutcomeTooLargeError, StoreFormatError
+from .errors import (
+    InvalidInputError,
+    InvalidIntentError,
+    InvalidKeyError,
+    InvalidTokenError,
+    OutcomeTooLargeError,
+    StoreFormatError,
+)
 
 NEW = DS_NEW
 DUPLICATE = DS_DUPLICATE
@@ -141,16 +148,21 @@ cdef class Hasher:
         cdef dict groups = {}
         cdef bytes kb
         cdef tuple item
+        cdef object raw
+        cdef str shape = "(key, token, outcome)" if width == 3 else "(key, token)"
         if PyBytes_GET_SIZE(ns_prefix) != 2 or partitions < 1:
             raise ValueError("route_leased() takes a 2-byte namespace prefix and at least one partition")
         memcpy(buf, PyBytes_AS_STRING(ns_prefix), 2)
         for i in range(n):
-            item = items[i] if type(items[i]) is tuple else tuple(items[i])
+            raw = items[i]
+            if type(raw) is tuple:
+                item = <tuple>raw
+            elif isinstance(raw, (tuple, list)):
+                item = tuple(raw)
+            else:
+                raise InvalidInputError(f"each item must be {shape}; item {i} is a {type(raw).__name__}")
             if len(item) != width:
-                raise InvalidInputError(
-                    f"each item must be ({'key, token, outcome' if width == 3 else 'key, token'}); "
-                    f"item {i} has {len(item)} fields"
-                )
+                raise InvalidInputError(f"each item must be {shape}; item {i} has {len(item)} fields")
             kb = key_bytes(item[0])
             kbs[i] = kb
             toks[i] = check_token(item[1])

@@ -382,9 +382,10 @@ class Window:
         often it was opened, the applies (transactions), keys they wrote and
         wall time their transactions took, how many of them a call ran in its
         own thread (:meth:`apply_if_due`) and the wall time those took whole
-        (what a call waited for), the bytes logged, and how many records went into a segment's mapping
-        (the others were pwritten: sync mode's journal records, and records
-        past the mapping or the disk space it could reserve)."""
+        (what a call waited for), the bytes logged, and how many records went
+        into a segment's mapping (the others were pwritten: sync mode's
+        journal records, and records past the mapping or the disk space it
+        could reserve)."""
         mapped = self._mapped_records + (self._log.mapped_writes if self._log is not None else 0)
         return {
             "open": self.active, "opened": self.opened, "applies": self.applies,

@@ -126,6 +126,8 @@ def test_batch_items_of_the_wrong_shape_are_named(store: DedupStore) -> None:
         store.complete_many(NS, [("k", res.token)])  # type: ignore[list-item]
     with pytest.raises(InvalidInputError, match=r"\(key, token\); item 0 has 3 fields"):
         store.release_many(NS, [("k", res.token, b"x")])  # type: ignore[list-item]
+    with pytest.raises(InvalidInputError, match=r"\(key, token\); item 1 is a str"):
+        store.release_many(NS, [("k", res.token), "k"])  # type: ignore[list-item]
     with pytest.raises(InvalidInputError, match="outcome must be bytes or str; got int"):
         store.complete_many(NS, [["k", res.token, 7]])  # type: ignore[list-item]
     assert store.complete_many(NS, [["k", res.token, "done"]]) == [None]  # type: ignore[list-item]
