@@ -750,6 +750,15 @@ class DedupStore:
                     out[k[len(NS_KEY):].decode()] = NamespaceConfig.from_json(v)
         return out
 
+    def _live_namespace(self, name: str) -> _Namespace:
+        """:meth:`_check`, then :meth:`_namespace`: in one call on the common
+        path (an open store, a namespace already looked up)."""
+        ns = self._ns.get(name)
+        if ns is None or self._dead is not None:
+            self._check()
+            ns = self._namespace(name)
+        return ns
+
     def _namespace(self, name: str) -> _Namespace:
         ns = self._ns.get(name)
         if ns is not None:
@@ -800,16 +809,13 @@ class DedupStore:
         Returns a :class:`ClaimResult` whose ``status`` is one of
         :class:`Status` (SPEC section 3 lists what the caller does for each).
         """
-        ns = self._ns.get(namespace)
-        if ns is None or self._dead is not None:
-            self._check()
-            ns = self._namespace(namespace)
+        ns = self._live_namespace(namespace)
         kb = _native.key_bytes(key)
         digest = None if intent is None else self._hasher.intent_digest(intent, ns.fields)
         pidx = self._hasher.route(ns.prefix, kb, self._nparts)
         part = self._parts[pidx]
         space = ns.spaces[pidx]
-        now = int(self._clock() * 1_000_000)
+        now = self._now_us()
         lease_us = ns.lease_us if lease is None else _lease_us(lease)
         et = _native.NO_TIME if event_time is None else _time_us(event_time, "event_time")
         cl = None if claimant is None else _small_bytes(claimant, "claimant", MAX_CLAIMANT_BYTES)
@@ -824,7 +830,7 @@ class DedupStore:
                 res = space.claim(txn, kb, digest, now, lease_us, et, cl, eid, False)
             if res is None:
                 res = self._commit(part, lambda txn: space.claim(txn, kb, digest, now, lease_us, et, cl, eid, True))
-        _native.tally((res,), self._counts)  # as _tally()
+        self._tally((res,))
         return self._result(res, namespace, kb, res[6], now)
 
     def claim_many(
@@ -838,10 +844,7 @@ class DedupStore:
     ) -> BatchResult:
         """Claim many keys at once: one transaction per partition touched,
         partitions written one after another; verdicts in input order."""
-        ns = self._ns.get(namespace)
-        if ns is None or self._dead is not None:
-            self._check()
-            ns = self._namespace(namespace)
+        ns = self._live_namespace(namespace)
         n = len(keys)
         if n > MAX_BATCH:
             raise InvalidInputError(f"claim_many takes at most {MAX_BATCH} keys per call; got {n}")
@@ -855,7 +858,7 @@ class DedupStore:
         if event_times is not None:
             ets = [None if t is None else _time_us(t, "event_time") for t in event_times]
         cl = None if claimant is None else _small_bytes(claimant, "claimant", MAX_CLAIMANT_BYTES)
-        now = int(self._clock() * 1_000_000)
+        now = self._now_us()
         lease_us = ns.lease_us
         results: list[Any] = [None] * n
         # Straight to the write transactions: a batch almost always writes
@@ -869,7 +872,7 @@ class DedupStore:
             )
             for p, order in groups.items()
         ])
-        _native.tally(results, self._counts)  # as _tally()
+        self._tally(results)
         statuses, tokens, retry = _native.batch_columns(results, STATUS_BY_CODE, LEASED_CODES)
         result = self._result
         return BatchResult(
@@ -943,10 +946,7 @@ class DedupStore:
         return self._pool
 
     def _leased_op(self, namespace: str, key: bytes | str, token: object) -> tuple[_Namespace, bytes, int, _Partition]:
-        ns = self._ns.get(namespace)
-        if ns is None or self._dead is not None:
-            self._check()
-            ns = self._namespace(namespace)
+        ns = self._live_namespace(namespace)
         kb = _native.key_bytes(key)
         tok = _token(token)
         pidx = self._hasher.route(ns.prefix, kb, self._nparts)
@@ -996,10 +996,7 @@ class DedupStore:
     ) -> tuple[_Namespace, list[bytes], list[int], list[bytes] | None, dict[int, list[int]]]:
         """Validate a batch of leased operations, (key, token, outcome) items
         or (key, token) ones, and group it by partition."""
-        ns = self._ns.get(namespace)
-        if ns is None or self._dead is not None:
-            self._check()
-            ns = self._namespace(namespace)
+        ns = self._live_namespace(namespace)
         if len(items) > MAX_BATCH:
             raise InvalidInputError(f"{what} takes at most {MAX_BATCH} items per call; got {len(items)}")
         kbs, toks, outs, groups = self._hasher.route_leased(
@@ -1019,7 +1016,7 @@ class DedupStore:
         """
         ns, kbs, toks, outs, groups = self._fan_out(namespace, items, "complete_many", True)
         assert outs is not None
-        now = int(self._clock() * 1_000_000)
+        now = self._now_us()
         results: list[Any] = [None] * len(items)
         self._write_partitions(
             [
@@ -1068,8 +1065,7 @@ class DedupStore:
 
     def lookup(self, namespace: str, key: bytes | str) -> Record | None:
         """The stored record for ``key``, or None."""
-        self._check()
-        ns = self._namespace(namespace)
+        ns = self._live_namespace(namespace)
         kb = _native.key_bytes(key)
         pidx = self._hasher.route(ns.prefix, kb, self._nparts)
         now = self._now_us()
@@ -1085,8 +1081,7 @@ class DedupStore:
 
     def unresolved(self, namespace: str, limit: int | None = None) -> list[Record]:
         """Records in PENDING or UNKNOWN state (oldest first), for reconciliation."""
-        self._check()
-        ns = self._namespace(namespace)
+        ns = self._live_namespace(namespace)
         prefix = ns.prefix
         now = self._now_us()
         out: list[Record] = []

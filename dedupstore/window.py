@@ -463,12 +463,13 @@ class Window:
             return  # being applied already
         try:
             if not self._others():
-                t0 = time.perf_counter()
+                t0, before = time.perf_counter(), self.applies
                 try:
                     self._apply_behind()
                 finally:
-                    self.call_applies += 1
-                    self.call_apply_seconds += time.perf_counter() - t0
+                    if self.applies > before:  # not an empty overlay's no-op
+                        self.call_applies += 1
+                        self.call_apply_seconds += time.perf_counter() - t0
         except Exception:
             # This call is acknowledged: an apply that failed is the
             # flusher's to retry and report, at its next tick.
