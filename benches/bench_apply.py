@@ -132,10 +132,12 @@ def measure(
         finally:
             store.close()
     # What one more key adds, where the apply's own pages (meta, roots, free
-    # list) are spread thin: between the two largest sizes.
-    a, b = rows[-2], rows[-1]
-    marginal = (b["apply_us"] - a["apply_us"]) / (b["keys"] - a["keys"])
-    return {"marginal_us_per_key": round(marginal, 2), "rows": rows}
+    # list) are spread thin: between the two largest sizes (None for one size).
+    marginal = None
+    if len(rows) >= 2:
+        a, b = rows[-2], rows[-1]
+        marginal = round((b["apply_us"] - a["apply_us"]) / (b["keys"] - a["keys"]), 2)
+    return {"marginal_us_per_key": marginal, "rows": rows}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,9 +153,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="a smoke run: 2,000 keys, 3 reps, sizes 1 and 16, an 8 MiB page-write file")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     args = ap.parse_args(argv)
-    base, reps, sizes = args.base, args.reps, tuple(int(s) for s in args.sizes.split(","))
+    base, reps = args.base, args.reps
+    try:
+        sizes = tuple(int(s) for s in args.sizes.split(","))
+    except ValueError:
+        ap.error(f"--sizes takes whole numbers separated by commas; got {args.sizes!r}")
     if args.quick:
         base, reps, sizes = 2000, 3, (1, 16)
+    if any(n < 1 for n in sizes) or list(sizes) != sorted(set(sizes)):
+        ap.error(f"--sizes must be increasing and at least 1; got {args.sizes!r}")
+    if reps < 1 or base < 0:
+        ap.error(f"--reps must be at least 1 and --base at least 0; got {reps} and {base}")
     size, writes = ((8 << 20), 2000) if args.quick else ((64 << 20), 20_000)
     pages = {f"filled_by_{fill}": round(page_write_us(args.dir, fill, size, writes), 2) for fill in (4096, 1 << 20)}
     out = measure(base, sizes, reps, args.complete, args.checkpoint_every, args.dir)
@@ -172,8 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'keys':>6s} {'us per apply':>13s} {'us per key':>11s} {'bytes written per key':>22s}")
     for r in out["rows"]:
         print(f"{r['keys']:6d} {r['apply_us']:13.1f} {r['per_key_us']:11.2f} {r['bytes_per_key']:22,d}")
-    a, b = out["rows"][-2]["keys"], out["rows"][-1]["keys"]
-    print(f"each key past {a}: {out['marginal_us_per_key']:.2f} us (from {a} to {b} keys per apply)")
+    if out["marginal_us_per_key"] is not None:
+        a, b = out["rows"][-2]["keys"], out["rows"][-1]["keys"]
+        print(f"each key past {a}: {out['marginal_us_per_key']:.2f} us (from {a} to {b} keys per apply)")
     return 0
 
 
