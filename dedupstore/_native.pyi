@@ -85,6 +85,17 @@ class Hasher:
         self, intents: Iterable[object], fields: tuple[str, ...] | None = None
     ) -> list[bytes | None]: ...
 
+LIVE_FIRST_KEYS: int
+LIVE_FP_RATE: float
+LIVE_PENDING_MAX: int
+
+@disjoint_base
+class LiveFilter:
+    keys: int
+    def __init__(self, first_keys: int = 0) -> None: ...
+    @property
+    def nbytes(self) -> int: ...
+
 @disjoint_base
 class Space:
     records: Any
@@ -100,6 +111,13 @@ class Space:
     gens_key: bytes
     bloom_skips: int
     bloom_maybes: int
+    live: LiveFilter | None
+    live_epoch: int
+    live_from: int
+    live_top: int
+    live_pending: bool
+    live_skips: int
+    live_seeds: int
     def __init__(
         self,
         records: Any,
@@ -184,6 +202,7 @@ class LogFile:
 @disjoint_base
 class Overlay:
     snapshot: Any
+    epoch: int
     def __init__(self, records: Any, pending: Any, meta: Any, snapshot: Any) -> None: ...
     def get(self, key: bytes, default: Any = None, db: Any = None) -> Any: ...
     def put(

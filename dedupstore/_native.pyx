@@ -435,6 +435,11 @@ cdef inline void _set_gen(bytes kb, uint32_t gen):
     p[5] = <uint8_t>gen
 
 
+cdef inline uint32_t _record_gen(bytes kb):
+    cdef const uint8_t *p = <const uint8_t *>PyBytes_AS_STRING(kb)
+    return (<uint32_t>p[2] << 24) | (<uint32_t>p[3] << 16) | (<uint32_t>p[4] << 8) | p[5]
+
+
 cdef bytes _new_key(bytes prefix, bytes key):
     # A fresh bytes object we own alone: its generation bytes are rewritten in
     # place while probing, which is safe because nothing else has seen it.
@@ -529,6 +534,61 @@ cdef enum:
 cdef int64_t NO_FRONTIER = -0x7FFFFFFFFFFFFFFF - 1
 
 
+cdef class Overlay
+
+
+#: The live filter (below): keys its first Bloom filter is sized for, each
+#: next one doubling; its false-positive rate; and how many unresolved records
+#: of a namespace a seed reads into it at most (more: the pending database is
+#: probed as before).
+LIVE_FIRST_KEYS = 1 << 16
+LIVE_FP_RATE = 0.005
+LIVE_PENDING_MAX = 200_000
+
+
+cdef class LiveFilter:
+    """Every key one Space wrote (or found unresolved) since it was seeded:
+    Bloom filters of doubling size, the newest taking the adds. Insert-only,
+    like the sealed generations' filters; "maybe" from any answers maybe."""
+
+    cdef list filters
+    cdef BloomFilter last
+    cdef uint64_t room  # keys the newest filter takes before the next is made
+    cdef public uint64_t keys
+
+    def __init__(self, uint64_t first_keys=0):
+        self.filters = []
+        self.keys = 0
+        self._grow(first_keys or LIVE_FIRST_KEYS)
+
+    cdef _grow(self, uint64_t n):
+        self.last = BloomFilter(n, LIVE_FP_RATE)
+        self.filters.append(self.last)
+        self.room = n
+
+    cdef add(self, uint64_t h):
+        if self.room == 0:
+            self._grow(2 * <uint64_t>self.last.b.nkeys)
+        ds_bloom_add(&self.last.b, h)
+        self.room -= 1
+        self.keys += 1
+
+    cdef bint maybe(self, uint64_t h):
+        cdef BloomFilter bf
+        for bf in self.filters:
+            if ds_bloom_maybe(&bf.b, h):
+                return True
+        return False
+
+    @property
+    def nbytes(self) -> int:
+        cdef BloomFilter bf
+        cdef uint64_t n = 0
+        for bf in self.filters:
+            n += <uint64_t>bf.b.nblocks * DS_BLOOM_BLOCK_BYTES
+        return n
+
+
 cdef class Space:
     """One namespace inside one partition: the databases and the generations a
     lookup must probe. Held by the store; cheap to use on every request."""
@@ -549,6 +609,21 @@ cdef class Space:
     # How often a filter let a probe be skipped, and how often it said "maybe".
     cdef public unsigned long long bloom_skips
     cdef public unsigned long long bloom_maybes
+    # The live filter, while this process holds the partition's write-behind
+    # window (epoch: Overlay.epoch, one per opening): every key this Space
+    # wrote since it was seeded, so "not in it" proves a key absent from
+    # generations >= live_from and (live_pending) from the pending database,
+    # with no LMDB read (docs/guarantees.md, "Filters"). None: not seeded for the
+    # epoch it names; dirty_epoch: this Space wrote in that epoch before a
+    # seed, so it gets none until the next.
+    cdef public LiveFilter live
+    cdef public uint64_t live_epoch
+    cdef uint64_t dirty_epoch
+    cdef public uint32_t live_from
+    cdef public uint32_t live_top   # the generation probes started from at the seed
+    cdef public bint live_pending
+    cdef public unsigned long long live_skips
+    cdef public unsigned long long live_seeds
 
     def __init__(self, records, pending, meta, bytes prefix, int64_t gen_len, uint32_t oldest,
                  int64_t initial_frontier, Hasher hasher):
@@ -561,6 +636,14 @@ cdef class Space:
         self.gens_key = b"G" + prefix
         self.bloom_skips = 0
         self.bloom_maybes = 0
+        self.live = None
+        self.live_epoch = 0
+        self.dirty_epoch = 0
+        self.live_from = 0
+        self.live_top = 0
+        self.live_pending = False
+        self.live_skips = 0
+        self.live_seeds = 0
         self.frontier_key = b"F" + prefix
         self.gen_len = gen_len
         self.oldest = oldest
@@ -572,7 +655,8 @@ cdef class Space:
             return 0
         return <uint32_t>(now // self.gen_len)
 
-    cdef object _find(self, object get, bytes kb, bytes ukey, uint32_t top, uint32_t *found, bint pending=True):
+    cdef object _find(self, object get, bytes kb, bytes ukey, uint32_t top, uint32_t *found, bint pending=True,
+                      bint live_absent=False):
         """Probe generations from ``top`` down (completed records, under
         ``kb``), then, with ``pending``, the pending database (unresolved
         ones, under ``ukey``);
@@ -586,7 +670,10 @@ cdef class Space:
         cached once computed, and the write-behind overlay looks keys up in
         dicts, so a key rewritten in place after one probe would miss there
         in the next (a record in an older generation, not yet applied, would
-        look absent)."""
+        look absent).
+
+        ``live_absent``: the live filter rules the key out of every
+        generation from ``live_from`` on, which are then not probed."""
         cdef uint32_t g = top
         cdef object raw, bf
         cdef bytes probe = kb
@@ -595,6 +682,12 @@ cdef class Space:
         cdef bint hashed = False
         cdef dict blooms = self.blooms
         while True:
+            if live_absent and g >= self.live_from:
+                self.live_skips += 1
+                if g <= self.oldest:
+                    break
+                g -= 1
+                continue
             bf = blooms.get(g) if blooms else None
             if bf is not None:
                 if not hashed:
@@ -625,6 +718,84 @@ cdef class Space:
         if raw is not None:
             found[0] = UNRESOLVED_GEN
         return raw
+
+    cdef inline uint64_t _key_hash(self, bytes key):
+        return ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))
+
+    cdef LiveFilter _live_for(self, object txn, uint32_t top):
+        """The live filter that answers for a write in ``txn`` whose probes
+        start at generation ``top``, seeded first if this is the first such
+        write of the window's epoch or of a newer generation; None when
+        ``txn`` is not a write-behind window's overlay."""
+        cdef Overlay ov
+        if type(txn) is not Overlay:
+            return None
+        ov = <Overlay>txn
+        if ov.epoch == 0:
+            return None
+        if ov.epoch != self.live_epoch or top > self.live_top:
+            self._seed(ov, top)
+        return self.live
+
+    cdef _seed(self, Overlay ov, uint32_t top):
+        # What this handle knows now: the overlays (the window's, and the one
+        # being applied under it, if any) over the snapshot they read. Only
+        # this process writes the partition while its window is open, and
+        # every key a Space writes afterwards is added (claim, complete), so
+        # the filter stays a superset of the keys in what it covers.
+        cdef object base = ov
+        cdef Overlay o
+        cdef bytes k
+        cdef object v
+        cdef uint32_t g, newest = 0
+        cdef bint found = False
+        cdef Py_ssize_t n = 0
+        cdef bytes prefix = self.prefix
+        cdef int ns = (<uint8_t>prefix[0] << 8) | <uint8_t>prefix[1]
+        cdef LiveFilter lf = LiveFilter()
+        self.live = None
+        self.live_epoch = ov.epoch
+        self.live_top = top
+        chain = []
+        while type(base) is Overlay:
+            chain.append(base)
+            base = (<Overlay>base).snapshot
+        # Records at or past ``top``: those the overlays hold go into the
+        # filter; past the newest one LMDB holds, the filter answers.
+        for o in chain:
+            for k in o._recs:  # deleted ones too: a key too many only costs a probe
+                if PyBytes_GET_SIZE(k) > C_KEY_PREFIX_BYTES and k[:2] == prefix and _record_gen(k) >= top:
+                    lf.add(ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(k) + C_KEY_PREFIX_BYTES,
+                                        PyBytes_GET_SIZE(k) - C_KEY_PREFIX_BYTES))
+        cur = base.cursor(db=self.records)
+        positioned = cur.set_range((<object>(ns + 1)).to_bytes(2, "big")) if ns < 0xFFFF else False
+        positioned = cur.prev() if positioned else cur.last()
+        if positioned:
+            k = cur.key()
+            if PyBytes_GET_SIZE(k) > C_KEY_PREFIX_BYTES and k[:2] == prefix:
+                g = _record_gen(k)
+                if g >= top and (not found or g > newest):
+                    newest, found = g, True
+        self.live_from = newest + 1 if found else top
+        # Every unresolved record of the namespace, unless there are too many.
+        self.live_pending = True
+        cur = base.cursor(db=self.pending)
+        if cur.set_range(prefix):
+            for k in cur.iternext(keys=True, values=False):
+                if k[:2] != prefix:
+                    break
+                n += 1
+                if n > LIVE_PENDING_MAX:
+                    self.live_pending = False
+                    break
+                lf.add(ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(k) + 2, PyBytes_GET_SIZE(k) - 2))
+        if self.live_pending:
+            for o in chain:
+                for k in o._pend:  # deleted ones too: a key too many only costs a probe
+                    if PyBytes_GET_SIZE(k) > 2 and k[:2] == prefix:
+                        lf.add(ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(k) + 2, PyBytes_GET_SIZE(k) - 2))
+        self.live = lf
+        self.live_seeds += 1
 
     cdef uint32_t _reach(self, object get, int64_t now, gen_state *gs) except? 0:
         """The generation probes start from, and new records go to, with the
@@ -830,12 +1001,18 @@ cdef class Space:
         cdef uint32_t found = 0
         cdef bytes kb = _new_key(self.prefix, key)
         cdef bytes ukey = _unresolved_key(self.prefix, key)
+        # The live filter (a write in the window's overlay): a key it rules
+        # out is in no generation from live_from on, nor (live_pending)
+        # unresolved, and those are not read at all.
+        cdef LiveFilter live = self._live_for(txn, top) if write else None
+        cdef bint absent = live is not None and not live.maybe(self._key_hash(key))
         # Writing, the pending database is not probed first: a key found in
         # no generation is put there with NOOVERWRITE as if absent (most
         # claims that reach a write are NEW), and only when that finds a
         # record is it read and decided upon. One LMDB call instead of two.
-        cdef object raw = self._find(get, kb, ukey, top, &found, not write)
+        cdef object raw = self._find(get, kb, ukey, top, &found, not write, absent)
         cdef bytes stored
+        cdef bint put
 
         memset(&req, 0, sizeof(req))
         req.now = now
@@ -862,7 +1039,14 @@ cdef class Space:
             req.fresh_token = ds_next_token(&_token_state)
             ds_claim_decide(NULL, &req, &nxt, &out)
             stored = _encode(&nxt)
-            if txn.put(ukey, stored, False, False, False, self.pending):
+            if absent and self.live_pending:
+                self.live_skips += 1
+                put = (<Overlay>txn)._put_absent(2, ukey, stored)
+            else:
+                put = txn.put(ukey, stored, False, False, False, self.pending)
+            if put:
+                if self.live is not None:
+                    self.live.add(self._key_hash(key))
                 return (out.status, out.token, 0, stored, False, True, UNRESOLVED_GEN)
             # Unresolved already: decide on that record, as a probe would have.
             raw = get(ukey, None, self.pending)
@@ -921,6 +1105,8 @@ cdef class Space:
         kb = _new_key(self.prefix, key)  # never hashed: see _find
         _set_gen(kb, top)
         txn.put(kb, stored, False, True, False, self.records)
+        if self.live is not None:
+            self.live.add(self._key_hash(key))
         if top > gs.newest:
             gs.newest = top
             self._write_state(txn, gs)
@@ -1145,6 +1331,9 @@ cdef class Overlay:
     cdef set _frecs, _fpend, _fmetas  # keys put here that the snapshot lacks
     cdef bytearray _ops
     cdef list _undo
+    #: Which opening of a write-behind window this overlay serves (0: none);
+    #: a Space's live filter is good for one (see Space._live_for).
+    cdef public uint64_t epoch
 
     def __init__(self, records, pending, meta, snapshot):
         self._records = records
@@ -1218,6 +1407,15 @@ cdef class Overlay:
         self._ops += key
         if value is not None:
             self._ops += value
+
+    cdef bint _put_absent(self, int code, bytes key, bytes value):
+        # put(overwrite=False) of a key the caller knows the snapshot lacks
+        # (the live filter): only this overlay is asked.
+        cdef object v = self._map(code).get(key, _ABSENT)
+        if v is not _ABSENT and v is not None:
+            return False
+        self._write(code, key, value, v is _ABSENT)
+        return True
 
     def put(self, bytes key, bytes value, bint dupdata=False, bint overwrite=True, bint append=False, db=None):
         cdef int code = self._code(db)

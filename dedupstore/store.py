@@ -195,6 +195,7 @@ class _Partition:
     def __init__(
         self, root: Path, index: int, info: StoreInfo, map_size: int, hasher: _native.Hasher,
         journal: Journal | None, trickle: Callable[[], Any] | None = None, apply_s: float = 0.0,
+        live_filters: bool = True,
     ) -> None:
         path = partition_dir(root, index)
         if not path.is_dir():
@@ -265,7 +266,7 @@ class _Partition:
         self.window = (
             Window(
                 self.env, self.dbs, root, index, self.ckpt.other_writers, self.checkpointer.checkpoint,
-                journal=journal, apply_s=apply_s,
+                journal=journal, apply_s=apply_s, live_filters=live_filters,
             )
             if apply_s > 0 else None
         )
@@ -390,7 +391,10 @@ class DedupStore:
         upkeep to :meth:`refresh_prefilter`) and ``eviction_batch`` (entries
         per transaction) bound how fast records past their horizon are removed
         (while this handle inserts 100 records a second or more, the thread
-        deletes at most twice as many as it inserts);
+        deletes at most twice as many as it inserts); ``bloom`` keeps Bloom
+        filters of sealed generations and, while a write-behind window is
+        open, of the keys written since (docs/guarantees.md, "Filters"), which
+        spare the LMDB reads of keys they rule out;
         ``flush_interval`` (seconds or a duration string) is how often a
         background thread checkpoints: in ``flush`` mode the most an OS crash
         can take, in ``sync`` mode how much journal a restart may replay
@@ -481,7 +485,8 @@ class DedupStore:
                 for i in range(self._info.partitions):
                     self._parts.append(
                         _Partition(
-                            root, i, self._info, map_size, self._hasher, self._journal, self._trickle_due.set, apply_s
+                            root, i, self._info, map_size, self._hasher, self._journal, self._trickle_due.set, apply_s,
+                            live_filters=bloom,
                         )
                     )
                 clear_other_boots(root, boot)
@@ -1179,6 +1184,11 @@ class DedupStore:
                 "filters": sum(len(sp.blooms) for sp in ns.spaces),
                 "probes_skipped": sum(sp.bloom_skips for sp in ns.spaces),
                 "probes_confirmed": sum(sp.bloom_maybes for sp in ns.spaces),
+                # The live filters of the write-behind windows (docs/format.md,
+                # "Filters"): LMDB reads they spared, keys and bytes they hold.
+                "live_reads_skipped": sum(sp.live_skips for sp in ns.spaces),
+                "live_keys": sum(sp.live.keys for sp in ns.spaces if sp.live is not None),
+                "live_bytes": sum(sp.live.nbytes for sp in ns.spaces if sp.live is not None),
             },
             # How long the oldest generation has been fully past its horizon
             # and still present: 0 while eviction keeps up.

@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import logging
 import os
 import struct
@@ -114,6 +115,9 @@ BUSY_S = 0.001
 #: Returned by :meth:`Window.run` and :meth:`Window.read` when no window is
 #: open: the caller takes the ordinary path (a write transaction).
 CLOSED = object()
+
+#: Numbers the openings of windows (Overlay.epoch), never 0.
+_EPOCHS = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -319,9 +323,12 @@ class Window:
     def __init__(
         self, env: lmdb.Environment, dbs: dict[int, Any], root: Path, index: int,
         others: Callable[[], bool], checkpoint_now: Callable[[], Any], journal: Journal | None = None,
-        apply_s: float = 0.0,
+        apply_s: float = 0.0, live_filters: bool = True,
     ) -> None:
         self.lock = threading.Lock()
+        #: Give each opening an epoch, so that Spaces keep live filters for
+        #: the calls it takes (the store's ``bloom`` option).
+        self._live_filters = live_filters
         #: Held through every apply, and by the committer around its
         #: transactions: taken before :attr:`lock`, never after.
         self.applying = threading.Lock()
@@ -595,6 +602,9 @@ class Window:
         self._log, self._name, self._size = seg, name, 0
         snapshot = self._env.begin()
         self.overlay = _native.Overlay(self._dbs[1], self._dbs[2], self._dbs[3], snapshot)
+        # A fresh epoch: the Spaces' live filters of an earlier opening know
+        # nothing of what other processes wrote since (_native.Space._live_for).
+        self.overlay.epoch = next(_EPOCHS) if self._live_filters else 0
         self._based(snapshot)
         self.active = True
         self.opened += 1
@@ -679,6 +689,7 @@ class Window:
                 return
             owner = self._owner(self._size, self._name)
             self.overlay = _native.Overlay(self._dbs[1], self._dbs[2], self._dbs[3], frozen)
+            self.overlay.epoch = frozen.epoch
             self._label = self._next + 1  # this commit takes txn _next
         try:
             self._commit(changes, owner)

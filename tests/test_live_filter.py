@@ -1,0 +1,219 @@
+"""The live filter: while this process holds a partition's write-behind
+window, a Bloom filter of every key each namespace wrote since it was seeded
+spares the LMDB reads of keys it rules out, and never a verdict
+(docs/guarantees.md, "Filters")."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _proc_workers import serve_store
+
+from dedupstore import DedupStore, Status, _native, window
+
+SPAWN = mp.get_context("spawn")
+NS = "n"
+
+
+class CountingSnapshot:
+    """Stands in for a window overlay's read snapshot and counts its reads."""
+
+    def __init__(self, txn: Any) -> None:
+        self.txn = txn
+        self.gets = 0
+
+    def get(self, *args: Any, **kwargs: Any) -> Any:
+        self.gets += 1
+        return self.txn.get(*args, **kwargs)
+
+    def cursor(self, *args: Any, **kwargs: Any) -> Any:
+        return self.txn.cursor(*args, **kwargs)
+
+    def abort(self) -> None:
+        self.txn.abort()
+
+
+def counting(store: DedupStore) -> CountingSnapshot:
+    ov = store._parts[0].window.overlay  # noqa: SLF001 - the test watches the overlay's reads
+    assert ov is not None
+    snap = CountingSnapshot(ov.snapshot)
+    ov.snapshot = snap
+    return snap
+
+
+def live(store: DedupStore) -> dict[str, Any]:
+    return store.stats()["namespaces"][NS]["prefilter"]
+
+
+@pytest.fixture
+def clock() -> list[float]:
+    return [1_000_000.0]
+
+
+def open_store(path: Path, clock: list[float], durability: str = "flush", **kw: Any) -> DedupStore:
+    store = DedupStore.open(
+        path, durability=durability, partitions=1, eviction_rate=0, apply_interval=1.0, clock=lambda: clock[0], **kw
+    )
+    # 80 s: generations of 10 s (horizon / 8).
+    store.ensure_namespace(NS, horizon=80.0, lease=3600.0, allow_short_horizon=True)
+    return store
+
+
+@pytest.mark.parametrize("durability", ["flush", "sync"])
+def test_new_keys_read_nothing_and_every_verdict_stands(tmp_path: Path, clock: list[float], durability: str) -> None:
+    with open_store(tmp_path / "s", clock, durability) as store:
+        first = store.claim(NS, "first")  # opens the window and seeds the filter
+        assert first.status is Status.NEW
+        snap = counting(store)
+        tokens = {}
+        for i in range(200):
+            res = store.claim(NS, f"k{i}")
+            assert res.status is Status.NEW
+            tokens[f"k{i}"] = res.token
+        assert snap.gets == 0  # no generation and no pending read for a key the filter rules out
+        assert live(store)["live_reads_skipped"] >= 400
+        assert live(store)["live_keys"] >= 201
+        store.flush()  # applied: only LMDB holds them now
+        for key in ("first", "k0", "k199"):
+            assert store.claim(NS, key).status is Status.IN_PROGRESS
+        store.complete(NS, "k7", tokens["k7"], b"done")
+        again = store.claim(NS, "k7")
+        assert again.status is Status.DUPLICATE and again.outcome == b"done"
+
+
+def test_bloom_off_keeps_no_live_filter(tmp_path: Path, clock: list[float]) -> None:
+    with open_store(tmp_path / "s", clock, bloom=False) as store:
+        store.claim(NS, "first")
+        snap = counting(store)
+        for i in range(50):
+            assert store.claim(NS, f"k{i}").status is Status.NEW
+        assert snap.gets >= 100  # the generation, then the pending database, for every key
+        assert live(store)["live_reads_skipped"] == 0 and live(store)["live_keys"] == 0
+
+
+def test_a_reopened_store_seeds_from_what_lmdb_holds(tmp_path: Path, clock: list[float]) -> None:
+    path = tmp_path / "s"
+    with open_store(path, clock) as store:
+        done = {f"d{i}": store.claim(NS, f"d{i}").token for i in range(100)}
+        for key, token in done.items():
+            store.complete(NS, key, token, b"ok")
+        for i in range(100):
+            store.claim(NS, f"p{i}")  # left unresolved
+    with open_store(path, clock) as store:
+        for i in range(100):
+            assert store.claim(NS, f"d{i}").status is Status.DUPLICATE
+            assert store.claim(NS, f"p{i}").status is Status.IN_PROGRESS
+        assert store.claim(NS, "fresh").status is Status.NEW
+        sp = store._live_namespace(NS).spaces[0]  # noqa: SLF001
+        assert sp.live_seeds == 1 and sp.live_pending
+        # The current generation holds records from before: it is still read;
+        # the next one is the filter's.
+        assert sp.live_from == sp.generation(int(clock[0] * 1e6)) + 1
+
+
+def test_a_new_generation_reseeds_and_keeps_every_verdict(tmp_path: Path, clock: list[float]) -> None:
+    with open_store(tmp_path / "s", clock) as store:
+        done = {f"d{i}": store.claim(NS, f"d{i}").token for i in range(300)}
+        for key, token in done.items():
+            store.complete(NS, key, token, b"ok")
+        for i in range(50):
+            store.claim(NS, f"p{i}")
+        late = store.claim(NS, "late").token
+        sp = store._live_namespace(NS).spaces[0]  # noqa: SLF001
+        before = sp.live.keys
+        clock[0] += 10.0  # the next generation
+        # Completed before any claim there: its record is the new
+        # generation's first, in the overlay only when the filter is seeded.
+        store.complete(NS, "late", late, b"late")
+        assert store.claim(NS, "fresh").status is Status.NEW
+        assert sp.live_seeds == 2
+        assert store.claim(NS, "late").outcome == b"late"
+        assert sp.live_from == sp.generation(int(clock[0] * 1e6))  # the new generation is the filter's
+        assert sp.live.keys < before  # the completed keys of the old generation are left out
+        for i in range(300):
+            assert store.claim(NS, f"d{i}").status is Status.DUPLICATE
+        for i in range(50):
+            assert store.claim(NS, f"p{i}").status is Status.IN_PROGRESS
+
+
+def test_too_many_unresolved_records_are_read_instead(
+    tmp_path: Path, clock: list[float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "s"
+    with open_store(path, clock) as store:
+        tokens = [store.claim(NS, f"p{i}").token for i in range(20)]
+    monkeypatch.setattr(_native, "LIVE_PENDING_MAX", 5)
+    with open_store(path, clock) as store:
+        assert store.claim(NS, "fresh").status is Status.NEW
+        sp = store._live_namespace(NS).spaces[0]  # noqa: SLF001
+        assert not sp.live_pending
+        for i in (*range(9), *range(10, 20)):
+            assert store.claim(NS, f"p{i}").status is Status.IN_PROGRESS
+        # "p9" sorts last, past what the seed read. Completed now, it moves
+        # into a generation the filter answers for: the completion adds it.
+        store.complete(NS, "p9", tokens[9], b"ok")
+        store.flush()
+        assert store.claim(NS, "p9").status is Status.DUPLICATE
+
+
+def test_a_filter_grown_past_its_first_size_forgets_no_key(
+    tmp_path: Path, clock: list[float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_native, "LIVE_FIRST_KEYS", 4)
+    with open_store(tmp_path / "s", clock) as store:
+        for i in range(500):
+            assert store.claim(NS, f"k{i}").status is Status.NEW
+        store.flush()  # applied: from here on only LMDB holds them, and the overlay cannot answer for the filter
+        for i in range(500):
+            assert store.claim(NS, f"k{i}").status is Status.IN_PROGRESS
+        assert live(store)["live_keys"] == 500
+
+
+class OtherProcess:
+    """A second process with the store open (tests/_proc_workers.py's serve_store)."""
+
+    def __init__(self, path: Path) -> None:
+        self._conn, child = SPAWN.Pipe()
+        self._proc = SPAWN.Process(target=serve_store, args=(str(path), child))
+        self._proc.start()
+        assert self._conn.recv() == ("ok", "ready")
+
+    def __call__(self, method: str, *args: Any) -> Any:
+        self._conn.send((method, args, {}))
+        reply = self._conn.recv()
+        assert reply[0] == "ok", reply
+        return reply[1]
+
+    def stop(self) -> None:
+        if self._proc.is_alive():
+            self._conn.send(None)
+            self._proc.join(60)
+        if self._proc.is_alive():
+            self._proc.kill()
+        assert self._proc.exitcode == 0
+
+
+def test_another_processs_writes_are_seen_after_the_window_reopens(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    with DedupStore.open(path, durability="flush", partitions=1, apply_interval=0.05) as store:
+        store.ensure_namespace(NS, horizon="7d", lease="1h")
+        assert store.claim(NS, "mine").status is Status.NEW  # our window is open, its filter seeded
+        opened = store.stats()["partition_stats"][0]["write_behind"]["opened"]
+        other = OtherProcess(path)
+        try:
+            # It waits for our window to be given up, then writes keys our
+            # filter never saw.
+            assert other("claim", NS, "theirs")[1] == "NEW"
+            assert other("claim", NS, "theirs-too")[1] == "NEW"
+        finally:
+            other.stop()
+        time.sleep(2 * window.REOPEN_S)
+        assert store.claim(NS, "again").status is Status.NEW  # alone again: the window reopens
+        assert store.stats()["partition_stats"][0]["write_behind"]["opened"] > opened
+        assert store.claim(NS, "theirs").status is Status.IN_PROGRESS
+        assert store.claim(NS, "theirs-too").status is Status.IN_PROGRESS
+        assert store.claim(NS, "mine").status is Status.IN_PROGRESS
