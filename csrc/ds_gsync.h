@@ -16,7 +16,10 @@
  * fdatasync was run by one of the waiting Python threads, the next one could
  * only start once that thread had been woken and had taken the GIL back
  * (benches/bench_core.py --only d measures the difference: docs/benchmarks.md).
- * Nothing here takes the GIL.
+ * Nothing here takes the GIL. A writer woken by an fdatasync's return reads the
+ * published position and goes back without taking the mutex (on Linux, where
+ * it sleeps on a futex word): a herd of writers woken together does not
+ * queue on it.
  *
  * Positions are logical: bytes appended since the syncer was made, across
  * file switches (ds_gsync_switch), so that a writer's mark stays comparable
@@ -36,8 +39,12 @@
 typedef struct ds_gsync {
     pthread_mutex_t mu;
     pthread_cond_t work; /* the thread waits on it: writers wait for a next fdatasync, or stop */
-    /* Writers wait on done[n & 1] for the n-th fdatasync to return (or fail). */
-    pthread_cond_t done[2];
+    /* Writers sleep until done[n & 1] changes: the n-th fdatasync returned (or
+     * one failed, or the thread exited). A futex word on Linux; elsewhere
+     * word_mu and word_cond carry the wake-ups (unused on Linux). */
+    _Atomic uint32_t done[2];
+    pthread_mutex_t word_mu;
+    pthread_cond_t word_cond;
     pthread_t thread;
     int fd;              /* the file the next fdatasync covers */
     int err;             /* errno of the first failed fdatasync, 0 if none */
@@ -51,6 +58,10 @@ typedef struct ds_gsync {
     _Atomic uint64_t appended;
     uint64_t requested;  /* the furthest position a writer waits for */
     uint64_t synced;     /* logical end an fdatasync that returned covered */
+    /* synced and err as last published under mu, read without it by a woken
+     * writer (and by a wait that finds its mark covered already). */
+    _Atomic uint64_t synced_pub;
+    _Atomic int err_pub;
     uint64_t syncs;      /* fdatasyncs that returned 0 */
     uint64_t started;    /* fdatasyncs started; the running one is the started-th */
     uint64_t target;     /* logical end the running (or last) fdatasync covers */

@@ -49,8 +49,19 @@ def _sanitizers_work(cc: str, tmp_path: Path) -> bool:
     return run.returncode == 0
 
 
-@pytest.mark.parametrize("program", ["test_engine", "test_bloom", "test_gsync", "test_log"])
-def test_c_unit_tests(tmp_path: Path, program: str) -> None:
+@pytest.mark.parametrize(
+    ("program", "defines"),
+    [
+        ("test_engine", []),
+        ("test_bloom", []),
+        ("test_gsync", []),
+        # The group fdatasync without Linux's futex: its portable wake-ups.
+        ("test_gsync", ["-DDS_GSYNC_NO_FUTEX"]),
+        ("test_log", []),
+    ],
+    ids=["engine", "bloom", "gsync", "gsync-no-futex", "log"],
+)
+def test_c_unit_tests(tmp_path: Path, program: str, defines: list[str]) -> None:
     cc = _compiler()
     test_source = CSRC / "tests" / f"{program}.c"
     sources = sorted(CSRC.glob("ds_*.c"))
@@ -65,7 +76,7 @@ def test_c_unit_tests(tmp_path: Path, program: str) -> None:
     exe = tmp_path / program
     # -lm is for the test programs' statistics; the engine itself uses no libm.
     build = subprocess.run(
-        [cc, *flags, f"-I{CSRC}", str(test_source), *map(str, sources), "-lm", "-o", str(exe)],
+        [cc, *flags, *defines, f"-I{CSRC}", str(test_source), *map(str, sources), "-lm", "-o", str(exe)],
         capture_output=True,
         text=True,
     )
