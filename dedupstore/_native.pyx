@@ -747,8 +747,7 @@ cdef class Space:
         cdef Overlay o
         cdef bytes k
         cdef object v
-        cdef uint32_t g, newest = 0
-        cdef bint found = False
+        cdef uint32_t g
         cdef Py_ssize_t n = 0
         cdef bytes prefix = self.prefix
         cdef int ns = (<uint8_t>prefix[0] << 8) | <uint8_t>prefix[1]
@@ -760,23 +759,22 @@ cdef class Space:
         while type(base) is Overlay:
             chain.append(base)
             base = (<Overlay>base).snapshot
-        # Records at or past ``top``: those the overlays hold go into the
-        # filter; past the newest one LMDB holds, the filter answers.
-        for o in chain:
-            for k in o._recs:  # deleted ones too: a key too many only costs a probe
-                if PyBytes_GET_SIZE(k) > C_KEY_PREFIX_BYTES and k[:2] == prefix and _record_gen(k) >= top:
-                    lf.add(ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(k) + C_KEY_PREFIX_BYTES,
-                                        PyBytes_GET_SIZE(k) - C_KEY_PREFIX_BYTES))
+        # The filter answers for the generations past the newest that LMDB
+        # holds records of (all of them, if none: empty generations between
+        # are not probed either); the overlays' records there go into it.
+        self.live_from = 0
         cur = base.cursor(db=self.records)
         positioned = cur.set_range((<object>(ns + 1)).to_bytes(2, "big")) if ns < 0xFFFF else False
         positioned = cur.prev() if positioned else cur.last()
         if positioned:
             k = cur.key()
             if PyBytes_GET_SIZE(k) > C_KEY_PREFIX_BYTES and k[:2] == prefix:
-                g = _record_gen(k)
-                if g >= top and (not found or g > newest):
-                    newest, found = g, True
-        self.live_from = newest + 1 if found else top
+                self.live_from = _record_gen(k) + 1
+        for o in chain:
+            for k in o._recs:  # deleted ones too: a key too many only costs a probe
+                if PyBytes_GET_SIZE(k) > C_KEY_PREFIX_BYTES and k[:2] == prefix and _record_gen(k) >= self.live_from:
+                    lf.add(ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(k) + C_KEY_PREFIX_BYTES,
+                                        PyBytes_GET_SIZE(k) - C_KEY_PREFIX_BYTES))
         # Every unresolved record of the namespace, unless there are too many.
         self.live_pending = True
         cur = base.cursor(db=self.pending)

@@ -122,6 +122,7 @@ def test_a_new_generation_reseeds_and_keeps_every_verdict(tmp_path: Path, clock:
             store.complete(NS, key, token, b"ok")
         for i in range(50):
             store.claim(NS, f"p{i}")
+        store.flush()  # applied: LMDB holds the old generation's records
         late = store.claim(NS, "late").token
         sp = store._live_namespace(NS).spaces[0]  # noqa: SLF001
         before = sp.live.keys
@@ -132,7 +133,9 @@ def test_a_new_generation_reseeds_and_keeps_every_verdict(tmp_path: Path, clock:
         assert store.claim(NS, "fresh").status is Status.NEW
         assert sp.live_seeds == 2
         assert store.claim(NS, "late").outcome == b"late"
-        assert sp.live_from == sp.generation(int(clock[0] * 1e6))  # the new generation is the filter's
+        # The new generation is the filter's; the old one, which LMDB holds
+        # records of, is read.
+        assert sp.live_from == sp.generation(int(clock[0] * 1e6))
         assert sp.live.keys < before  # the completed keys of the old generation are left out
         for i in range(300):
             assert store.claim(NS, f"d{i}").status is Status.DUPLICATE
@@ -217,3 +220,19 @@ def test_another_processs_writes_are_seen_after_the_window_reopens(tmp_path: Pat
         assert store.claim(NS, "theirs").status is Status.IN_PROGRESS
         assert store.claim(NS, "theirs-too").status is Status.IN_PROGRESS
         assert store.claim(NS, "mine").status is Status.IN_PROGRESS
+
+
+def test_an_old_namespace_with_no_records_reads_no_generation(tmp_path: Path, clock: list[float]) -> None:
+    path = tmp_path / "s"
+    with open_store(path, clock) as store:
+        store.claim(NS, "early")
+    clock[0] += 70.0  # seven generations later, none of them written
+    with open_store(path, clock) as store:
+        assert store.claim(NS, "first").status is Status.NEW
+        sp = store._live_namespace(NS).spaces[0]  # noqa: SLF001
+        assert sp.live_from == 0  # no record in any generation: the filter answers for all
+        snap = counting(store)
+        for i in range(50):
+            assert store.claim(NS, f"k{i}").status is Status.NEW
+        assert snap.gets == 0
+        assert store.claim(NS, "early").status is Status.IN_PROGRESS
