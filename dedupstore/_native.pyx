@@ -775,10 +775,12 @@ cdef class Space:
                 if PyBytes_GET_SIZE(k) > C_KEY_PREFIX_BYTES and k[:2] == prefix and _record_gen(k) >= self.live_from:
                     lf.add(ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(k) + C_KEY_PREFIX_BYTES,
                                         PyBytes_GET_SIZE(k) - C_KEY_PREFIX_BYTES))
-        # Every unresolved record of the namespace, unless there are too many.
-        self.live_pending = True
+        # Every unresolved record of the namespace, unless there are too many
+        # (the database's count, of every namespace, spares reading them to
+        # find out).
+        self.live_pending = base.stat(self.pending)["entries"] <= LIVE_PENDING_MAX
         cur = base.cursor(db=self.pending)
-        if cur.set_range(prefix):
+        if self.live_pending and cur.set_range(prefix):
             for k in cur.iternext(keys=True, values=False):
                 if k[:2] != prefix:
                     break

@@ -33,6 +33,9 @@ class CountingSnapshot:
     def cursor(self, *args: Any, **kwargs: Any) -> Any:
         return self.txn.cursor(*args, **kwargs)
 
+    def stat(self, *args: Any, **kwargs: Any) -> Any:
+        return self.txn.stat(*args, **kwargs)
+
     def abort(self) -> None:
         self.txn.abort()
 
