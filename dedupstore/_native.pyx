@@ -610,15 +610,14 @@ cdef class Space:
     cdef public unsigned long long bloom_skips
     cdef public unsigned long long bloom_maybes
     # The live filter, while this process holds the partition's write-behind
-    # window (epoch: Overlay.epoch, one per opening): every key this Space
-    # wrote since it was seeded, so "not in it" proves a key absent from
-    # generations >= live_from and (live_pending) from the pending database,
-    # with no LMDB read (docs/guarantees.md, "Filters"). None: not seeded for the
-    # epoch it names; dirty_epoch: this Space wrote in that epoch before a
-    # seed, so it gets none until the next.
+    # window (live_epoch: the Overlay.epoch it was seeded in, one per
+    # opening): every key this Space wrote since the seed, so "not in it"
+    # proves a key absent from generations >= live_from and (live_pending)
+    # from the pending database, with no LMDB read (docs/guarantees.md,
+    # "Filters"). None until seeded (or if a seed failed: the next
+    # generation's seed starts afresh).
     cdef public LiveFilter live
     cdef public uint64_t live_epoch
-    cdef uint64_t dirty_epoch
     cdef public uint32_t live_from
     cdef public uint32_t live_top   # the generation probes started from at the seed
     cdef public bint live_pending
@@ -638,7 +637,6 @@ cdef class Space:
         self.bloom_maybes = 0
         self.live = None
         self.live_epoch = 0
-        self.dirty_epoch = 0
         self.live_from = 0
         self.live_top = 0
         self.live_pending = False
@@ -746,8 +744,6 @@ cdef class Space:
         cdef object base = ov
         cdef Overlay o
         cdef bytes k
-        cdef object v
-        cdef uint32_t g
         cdef Py_ssize_t n = 0
         cdef bytes prefix = self.prefix
         cdef int ns = (<uint8_t>prefix[0] << 8) | <uint8_t>prefix[1]
@@ -1005,7 +1001,8 @@ cdef class Space:
         # out is in no generation from live_from on, nor (live_pending)
         # unresolved, and those are not read at all.
         cdef LiveFilter live = self._live_for(txn, top) if write else None
-        cdef bint absent = live is not None and not live.maybe(self._key_hash(key))
+        cdef uint64_t h = 0 if live is None else self._key_hash(key)
+        cdef bint absent = live is not None and not live.maybe(h)
         # Writing, the pending database is not probed first: a key found in
         # no generation is put there with NOOVERWRITE as if absent (most
         # claims that reach a write are NEW), and only when that finds a
@@ -1045,7 +1042,9 @@ cdef class Space:
             else:
                 put = txn.put(ukey, stored, False, False, False, self.pending)
             if put:
-                if self.live is not None:
+                if live is not None:
+                    live.add(h)
+                elif self.live is not None:  # a write outside the window's overlay
                     self.live.add(self._key_hash(key))
                 return (out.status, out.token, 0, stored, False, True, UNRESOLVED_GEN)
             # Unresolved already: decide on that record, as a probe would have.

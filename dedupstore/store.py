@@ -1184,7 +1184,7 @@ class DedupStore:
                 "filters": sum(len(sp.blooms) for sp in ns.spaces),
                 "probes_skipped": sum(sp.bloom_skips for sp in ns.spaces),
                 "probes_confirmed": sum(sp.bloom_maybes for sp in ns.spaces),
-                # The live filters of the write-behind windows (docs/format.md,
+                # The live filters of the write-behind windows (docs/guarantees.md,
                 # "Filters"): LMDB reads they spared, keys and bytes they hold.
                 "live_reads_skipped": sum(sp.live_skips for sp in ns.spaces),
                 "live_keys": sum(sp.live.keys for sp in ns.spaces if sp.live is not None),
