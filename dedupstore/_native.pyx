@@ -1100,7 +1100,11 @@ cdef class Space:
         if found != UNRESOLVED_GEN:
             raise StoreFormatError("an unresolved record was found in a generation (store format violated)")
         stored = _encode(&nxt)
-        txn.delete(ukey, b"", self.pending)
+        if type(txn) is Overlay:
+            # Known to be there (just read): no second read to find out.
+            (<Overlay>txn)._write(2, ukey, None, False)
+        else:
+            txn.delete(ukey, b"", self.pending)
         kb = _new_key(self.prefix, key)  # never hashed: see _find
         _set_gen(kb, top)
         txn.put(kb, stored, False, True, False, self.records)
