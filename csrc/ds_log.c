@@ -22,6 +22,13 @@ void ds_log_init(ds_log *l, int fd, uint64_t map_bytes, uint64_t chunk)
     }
     void *p = mmap(NULL, (size_t)map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p != MAP_FAILED) {
+        /* No read-ahead: the first store to a fresh page faults it in, and
+         * with read-ahead that fault would read (zero-fill) the rest of the
+         * reserved chunk too, up to read_ahead_kb at once, all in the
+         * caller's store. One page per fault costs the same in total, spread
+         * evenly (docs/benchmarks.md, "The log's page faults"). Advice
+         * only: a refusal changes nothing but the cost. */
+        (void)posix_madvise(p, (size_t)map_bytes, POSIX_MADV_RANDOM);
         l->base = p;
         l->map_len = (size_t)map_bytes;
         l->mapped = map_bytes;

@@ -188,6 +188,27 @@ def test_overlay_reads_its_own_writes_over_the_snapshot_and_logs_them_as_journal
     env.close()
 
 
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="reads the mapping's flags from Linux's /proc")
+def test_a_log_segments_mapping_reads_no_pages_ahead(tmp_path: Path) -> None:
+    # The first store to each fresh page faults it in; with read-ahead that
+    # one fault would read the rest of the reserved chunk too, a pause of
+    # milliseconds in the call that touches it (docs/benchmarks.md). Linux
+    # shows the advice as the mapping's "rr" flag.
+    path = tmp_path / "segment"
+    log = _native.LogFile(os.open(path, os.O_RDWR | os.O_CREAT, 0o644), 1 << 20, 4096)
+    try:
+        flags = None
+        lines = Path("/proc/self/smaps").read_text().splitlines()
+        for i, line in enumerate(lines):
+            if line.endswith(str(path)):
+                flags = next(x for x in lines[i + 1 :] if x.startswith("VmFlags:")).split()[1:]
+                break
+        assert flags is not None, "the segment is not mapped"
+        assert "rr" in flags
+    finally:
+        log.close()
+
+
 # ------------------------------------------------------------- one process
 
 
