@@ -226,11 +226,10 @@ double ds_bloom_fp_model(double lam, unsigned k)
 #define LAMBDA_MAX 2048.0
 #define BISECT_STEPS 48
 
-int ds_bloom_params(uint64_t n_keys, double fp_rate, uint64_t *nblocks, unsigned *k)
+int ds_bloom_load(double fp_rate, double *keys_per_block, unsigned *k)
 {
-    double best_lam = 0.0, blocks;
+    double best_lam = 0.0;
     unsigned best_k = 0, kk;
-    uint64_t nb;
 
     if (!(fp_rate > 0.0 && fp_rate < 1.0)) /* also refuses NaN */
         return DS_BLOOM_EINVAL;
@@ -257,7 +256,19 @@ int ds_bloom_params(uint64_t n_keys, double fp_rate, uint64_t *nblocks, unsigned
     }
     if (best_k == 0) /* fp_rate so small no load meets it (below ~1e-300) */
         return DS_BLOOM_ETOOBIG;
-    blocks = (double)n_keys / best_lam;
+    *keys_per_block = best_lam;
+    *k = best_k;
+    return DS_BLOOM_OK;
+}
+
+int ds_bloom_blocks(uint64_t n_keys, double keys_per_block, uint64_t *nblocks)
+{
+    double blocks;
+    uint64_t nb;
+
+    if (!(keys_per_block > 0.0)) /* also refuses NaN */
+        return DS_BLOOM_EINVAL;
+    blocks = (double)n_keys / keys_per_block;
     if (!(blocks < (double)DS_BLOOM_MAX_BLOCKS))
         return DS_BLOOM_ETOOBIG;
     nb = (uint64_t)blocks; /* floor; then round up */
@@ -268,8 +279,20 @@ int ds_bloom_params(uint64_t n_keys, double fp_rate, uint64_t *nblocks, unsigned
     if (nb > DS_BLOOM_MAX_BLOCKS)
         return DS_BLOOM_ETOOBIG;
     *nblocks = nb;
-    *k = best_k;
     return DS_BLOOM_OK;
+}
+
+int ds_bloom_params(uint64_t n_keys, double fp_rate, uint64_t *nblocks, unsigned *k)
+{
+    double lam;
+    unsigned kk;
+    int rc = ds_bloom_load(fp_rate, &lam, &kk);
+
+    if (rc == DS_BLOOM_OK)
+        rc = ds_bloom_blocks(n_keys, lam, nblocks);
+    if (rc == DS_BLOOM_OK)
+        *k = kk;
+    return rc;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -124,6 +124,15 @@ typedef struct {
  * more than DS_BLOOM_MAX_BLOCKS blocks. */
 int ds_bloom_params(uint64_t n_keys, double fp_rate, uint64_t *nblocks, unsigned *k);
 
+/* ds_bloom_params in its two steps. The first, the search, depends on
+ * fp_rate alone and costs a few hundred microseconds, so a caller that makes
+ * many filters at one rate keeps its answer: the largest mean load
+ * (*keys_per_block) that meets fp_rate, and its *k (codes as above). The
+ * second is arithmetic: the blocks n_keys keys need at that load
+ * (DS_BLOOM_EINVAL for a load that is not > 0, DS_BLOOM_ETOOBIG as above). */
+int ds_bloom_load(double fp_rate, double *keys_per_block, unsigned *k);
+int ds_bloom_blocks(uint64_t n_keys, double keys_per_block, uint64_t *nblocks);
+
 /* The model's false-positive rate for a mean of keys_per_block keys per block
  * and k probes (see "Sizing"); 0 for keys_per_block <= 0, 1 for k == 0. */
 double ds_bloom_fp_model(double keys_per_block, unsigned k);

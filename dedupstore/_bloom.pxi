@@ -27,7 +27,8 @@ cdef extern from "ds_bloom.h":
         uint64_t nkeys
         uint64_t tag
         unsigned k
-    int ds_bloom_params(uint64_t n_keys, double fp_rate, uint64_t *nblocks, unsigned *k)
+    int ds_bloom_load(double fp_rate, double *keys_per_block, unsigned *k)
+    int ds_bloom_blocks(uint64_t n_keys, double keys_per_block, uint64_t *nblocks)
     double ds_bloom_fp_model(double keys_per_block, unsigned k)
     int ds_bloom_init(ds_bloom *b, uint64_t nblocks, unsigned k)
     void ds_bloom_free(ds_bloom *b)
@@ -44,6 +45,31 @@ cdef extern from "ds_bloom.h":
 
 # Domain string of BloomFilter.hasher_tag: a fingerprint of a store's secret.
 cdef bytes _BLOOM_TAG_DOMAIN = b"dedupstore/bloom-tag/v1"
+
+
+# The last rate a filter was sized for, and the load and k that meet it: the
+# search costs a few hundred microseconds (csrc/ds_bloom.h) and every filter of
+# the store (each generation's, each live filter) uses one of two rates.
+# Read and written with the GIL held.
+cdef double _sized_rate = -1.0
+cdef double _sized_load = 0.0
+cdef unsigned _sized_k = 0
+
+
+cdef int _bloom_params(uint64_t n_keys, double rate, uint64_t *nblocks, unsigned *k):
+    global _sized_rate, _sized_load, _sized_k
+    cdef double load
+    cdef unsigned kk
+    cdef int rc
+    if rate != _sized_rate:
+        rc = ds_bloom_load(rate, &load, &kk)
+        if rc != DS_BLOOM_OK:
+            return rc
+        _sized_rate, _sized_load, _sized_k = rate, load, kk
+    rc = ds_bloom_blocks(n_keys, _sized_load, nblocks)
+    if rc == DS_BLOOM_OK:
+        k[0] = _sized_k
+    return rc
 
 
 cdef str _bloom_error(int rc):
@@ -82,7 +108,7 @@ cdef class BloomFilter:
             raise ValueError(f"n_keys must be >= 0; got {n_keys}")
         if not (0.0 < rate < 1.0):
             raise ValueError(f"fp_rate must be in (0, 1); got {fp_rate!r}")
-        rc = ds_bloom_params(<uint64_t>n_keys, rate, &nblocks, &k)
+        rc = _bloom_params(<uint64_t>n_keys, rate, &nblocks, &k)
         if rc == DS_BLOOM_OK:
             ds_bloom_free(&self.b)
             rc = ds_bloom_init(&self.b, nblocks, k)

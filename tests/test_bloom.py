@@ -137,6 +137,22 @@ def test_sizing() -> None:
     assert BloomFilter(10, 0.01).k == BloomFilter(10**7, 0.01).k  # k depends on the rate only
 
 
+def test_sizing_does_not_depend_on_the_rate_before() -> None:
+    # The load that meets a rate is searched once and kept for the next
+    # filter of that rate: alternating rates must still size each for its own.
+    first = {rate: (BloomFilter(50_000, rate).k, BloomFilter(50_000, rate).nblocks) for rate in (0.01, 0.001)}
+    for rate in (0.001, 0.01, 0.001, 0.005, 0.01):
+        bf = BloomFilter(50_000, rate)
+        if rate in first:
+            assert (bf.k, bf.nblocks) == first[rate]
+        bf.add_hashes(range(50_000))
+        # The model at the designed load: at the rate, and not far under it.
+        assert rate * 0.95 <= bf.expected_fp_rate <= rate
+    with pytest.raises(ValueError, match="fp_rate"):
+        BloomFilter(10, 1e-300)  # refused: and the next filter is still sized for its own rate
+    assert (BloomFilter(50_000, 0.01).k, BloomFilter(50_000, 0.01).nblocks) == first[0.01]
+
+
 def test_empty_filter_says_absent(hasher: Hasher) -> None:
     bf = BloomFilter(1000, 0.01)
     assert not any(bf.maybe(hasher, k) for k in _keys(b"x", 1000))

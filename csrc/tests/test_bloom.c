@@ -125,6 +125,29 @@ static void test_params(void)
     CHECK_EQ(ds_bloom_params(UINT64_C(1) << 40, 0.001, &nb, &k), DS_BLOOM_ETOOBIG);
     CHECK_EQ(ds_bloom_params(1000, 1e-300, &nb, &k), DS_BLOOM_ETOOBIG);
 
+    /* The two steps give what ds_bloom_params gives, and refuse what it refuses. */
+    {
+        static const double rates[] = {0.2, 0.01, 0.005, 0.001, 1e-6};
+        static const uint64_t counts[] = {0, 1, 1000, 65536, 1000000};
+        double load = 0.0;
+        for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++) {
+            CHECK_EQ(ds_bloom_load(rates[i], &load, &k2), DS_BLOOM_OK);
+            CHECK(load > 0.0);
+            for (size_t j = 0; j < sizeof counts / sizeof counts[0]; j++) {
+                CHECK_EQ(ds_bloom_params(counts[j], rates[i], &nb, &k), DS_BLOOM_OK);
+                CHECK_EQ(ds_bloom_blocks(counts[j], load, &nb2), DS_BLOOM_OK);
+                CHECK_EQ(nb2, nb);
+                CHECK_EQ(k2, k);
+            }
+        }
+        CHECK_EQ(ds_bloom_load(0.0, &load, &k), DS_BLOOM_EINVAL);
+        CHECK_EQ(ds_bloom_load(NAN, &load, &k), DS_BLOOM_EINVAL);
+        CHECK_EQ(ds_bloom_load(1e-300, &load, &k), DS_BLOOM_ETOOBIG);
+        CHECK_EQ(ds_bloom_blocks(1000, 0.0, &nb), DS_BLOOM_EINVAL);
+        CHECK_EQ(ds_bloom_blocks(1000, NAN, &nb), DS_BLOOM_EINVAL);
+        CHECK_EQ(ds_bloom_blocks(UINT64_MAX, 1.0, &nb), DS_BLOOM_ETOOBIG);
+    }
+
     /* The model's edges. */
     CHECK(ds_bloom_fp_model(0.0, 6) == 0.0);
     CHECK(ds_bloom_fp_model(-1.0, 6) == 0.0);
