@@ -243,10 +243,7 @@ class LoadReport:
     def percentile(self, q: float) -> float:
         if self._sorted is None or len(self._sorted) != len(self.latencies_us):
             self._sorted = sorted(self.latencies_us)
-        data = self._sorted
-        if not data:
-            return 0.0
-        return data[min(len(data) - 1, int(q * len(data)))]
+        return _percentile(self._sorted, q)
 
     def to_dict(self) -> dict[str, Any]:
         c = self.config
@@ -475,6 +472,96 @@ def sectors_written(stat: Path | None) -> int | None:
         return None
 
 
+def _shape(config: LoadConfig) -> tuple[int, int]:
+    """(events that share a scheduled time, most events one call takes):
+    a producer batch in ``batch`` mode, a broker fetch in ``poll`` mode."""
+    step = config.batch if config.mode == "batch" else 1
+    take = config.max_batch if config.mode == "poll" else step
+    return step, take
+
+
+def _paced(
+    total: int,
+    interval: float,
+    step: int,
+    take: int,
+    limit: float,
+    serve: Callable[[int, int], float],
+    latencies: list[float],
+    tick: Callable[[int, float], None] | None = None,
+) -> tuple[float, int, int]:
+    """The open-loop schedule: event ``i`` is due at ``i * interval`` from
+    the start (a group of ``step`` at the time of its first), whatever
+    ``serve`` does. ``serve(start, end)`` answers events ``start..end-1`` (at
+    most ``take``, all due) and returns ``perf_counter()`` at the answer; each
+    event's latency from its due time is appended to ``latencies`` (us).
+    Stops after ``limit`` seconds even with events left. ``tick(sent,
+    elapsed)`` is called about once a second. Returns (start time, events
+    answered, calls)."""
+    t0 = time.perf_counter()
+    next_tick = t0 + 1.0
+    deadline = t0 + limit
+    sent = calls = 0
+    while sent < total:
+        now = time.perf_counter()
+        if now > deadline:
+            break
+        due = min(total, (int((now - t0) / (interval * step)) + 1) * step)
+        if due <= sent:
+            time.sleep(max(0.0, t0 + sent * interval - now))
+            continue
+        end = min(due, sent + take)
+        done = serve(sent, end)
+        since = done - t0
+        if step == 1:
+            latencies.extend((since - i * interval) * 1e6 for i in range(sent, end))
+        else:
+            latencies.extend((since - (i - i % step) * interval) * 1e6 for i in range(sent, end))
+        sent = end
+        calls += 1
+        if tick is not None and done >= next_tick:
+            next_tick = done + 1.0
+            tick(sent, since)
+    return t0, sent, calls
+
+
+def _percentile(data: list[float], q: float) -> float:
+    """The ``q`` quantile of sorted ``data`` (0 when empty)."""
+    if not data:
+        return 0.0
+    return data[min(len(data) - 1, int(q * len(data)))]
+
+
+#: How long ``dedupstore bench`` measures the machine's own floor by default.
+FLOOR_SECONDS = 2.0
+
+
+def machine_floor(config: LoadConfig, seconds: float = FLOOR_SECONDS) -> dict[str, float]:
+    """The latency the schedule itself costs on this machine: ``config``'s
+    pacing for ``seconds`` with no store, each due event answered at once.
+    What is left is the loop's sleep and wake-up (timer slack, the scheduler,
+    a virtual CPU's halt and resume): a floor under every run's percentiles,
+    measured the same way (from the scheduled time)."""
+    if not 0 < seconds <= 600:
+        raise InvalidInputError(f"the floor's duration must be in (0, 600] s; got {seconds!r}")
+    step, take = _shape(config)
+    latencies: list[float] = []
+    _paced(int(config.rate * seconds), 1.0 / config.rate, step, take, seconds + 1.0, _now, latencies)
+    latencies.sort()
+    return {
+        "seconds": seconds,
+        "events": len(latencies),
+        "p50_us": round(_percentile(latencies, 0.50), 1),
+        "p99_us": round(_percentile(latencies, 0.99), 1),
+        "p999_us": round(_percentile(latencies, 0.999), 1),
+        "max_us": round(latencies[-1] if latencies else 0.0, 1),
+    }
+
+
+def _now(start: int, end: int) -> float:
+    return time.perf_counter()
+
+
 def _drive(
     config: LoadConfig,
     store: DedupStore,
@@ -491,47 +578,30 @@ def _drive(
     frontier0 = _retention(store, stats0)["frontier"]
     applies0 = _applies(stats0)
     interval = 1.0 / config.rate
-    # Events that share a scheduled time: a producer batch in "batch" mode.
-    step = config.batch if config.mode == "batch" else 1
-    take = config.max_batch if config.mode == "poll" else step
+    step, take = _shape(config)
     single = config.mode == "single"
-    latencies = report.latencies_us
     cpu0 = time.process_time()
     use0 = None if resource is None else resource.getrusage(resource.RUSAGE_SELF)
     device = block_device_stat(store.path)
     written0 = sectors_written(device)
-    clock.start()
-    t0 = time.perf_counter()
-    next_tick = t0 + 1.0
-    sent = 0
-    deadline = t0 + config.duration + (max(5.0, config.duration / 2) if config.drain is None else config.drain)
-    while sent < total:
-        now = time.perf_counter()
-        if now > deadline:
-            break
-        due = min(total, (int((now - t0) / (interval * step)) + 1) * step)
-        if due <= sent:
-            time.sleep(max(0.0, t0 + sent * interval - now))
-            continue
-        end = min(due, sent + take)
+
+    def serve(start: int, end: int) -> float:
         if single:
-            consumer.single(sent)
+            consumer.single(start)
         else:
-            consumer.batch(sent, end)
-        done = consumer.done - t0
-        if step == 1:
-            latencies.extend((done - i * interval) * 1e6 for i in range(sent, end))
-        else:
-            latencies.extend((done - (i - i % step) * interval) * 1e6 for i in range(sent, end))
-        sent = end
-        report.batches += 1
-        if consumer.done >= next_tick:
-            next_tick = consumer.done + 1.0
-            report.eviction_lag_max = max(report.eviction_lag_max, _retention(store)["eviction_lag_seconds"])
-            if progress is not None:
-                report.claimed = sent
-                report.wall_seconds = consumer.done - t0
-                progress(sent / total, report)
+            consumer.batch(start, end)
+        return consumer.done
+
+    def tick(sent: int, elapsed: float) -> None:
+        report.eviction_lag_max = max(report.eviction_lag_max, _retention(store)["eviction_lag_seconds"])
+        if progress is not None:
+            report.claimed = sent
+            report.wall_seconds = elapsed
+            progress(sent / total, report)
+
+    limit = config.duration + (max(5.0, config.duration / 2) if config.drain is None else config.drain)
+    clock.start()
+    t0, sent, report.batches = _paced(total, interval, step, take, limit, serve, report.latencies_us, tick)
     stop = time.perf_counter()
     report.wall_seconds = stop - t0
     report.cpu_seconds = time.process_time() - cpu0
@@ -546,7 +616,7 @@ def _drive(
     report.store_seconds = clock() - clock.base
     report.scheduled = total
     report.claimed = sent
-    latencies.extend((stop - t0 - (i - i % step) * interval) * 1e6 for i in range(sent, total))
+    report.latencies_us.extend((stop - t0 - (i - i % step) * interval) * 1e6 for i in range(sent, total))
     report.verdicts = {s.name: n for s, n in counts.items()}
     stats1 = store.stats()
     applies1 = _applies(stats1)

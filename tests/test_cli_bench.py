@@ -18,7 +18,7 @@ from dedupstore.cli.main import main
 def test_bench_json_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path, durability: str) -> None:
     code = main(
         ["bench", "--rate", "2000", "--duration", "1s", "--durability", durability,
-         "--path", str(tmp_path / "s"), "--json"]
+         "--path", str(tmp_path / "s"), "--floor", "300ms", "--json"]
     )
     assert code == 0
     doc = json.loads(capsys.readouterr().out)
@@ -39,26 +39,46 @@ def test_bench_json_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path, d
     assert 0 <= ap["in_calls_share"] <= doc["store_call_share"]
     if durability == "sync":
         assert ap["in_calls"] == 0 and ap["in_calls_mean_us"] == 0
+    # The same schedule with no store first: 300 ms of it at 2,000/s.
+    floor = doc["machine_floor"]
+    assert set(floor) == {"seconds", "events", "p50_us", "p99_us", "p999_us", "max_us"}
+    assert floor["seconds"] == 0.3 and floor["events"] == 600
+    assert 0 <= floor["p50_us"] <= floor["p99_us"] <= floor["p999_us"] <= floor["max_us"]
 
 
 def test_bench_table_and_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    assert main(["bench", "--rate", "1k", "--duration", "500ms", "--path", str(tmp_path / "s")]) == 0
+    args = ["bench", "--rate", "1k", "--duration", "500ms", "--floor", "200ms", "--path", str(tmp_path / "s")]
+    assert main(args) == 0
     out = capsys.readouterr().out
     assert "achieved" in out and "p99" in out and "of one core" in out and "in store calls" in out
+    assert "with no store" in rows(out)["floor"]
     assert main(["bench", "--rate", "fast"]) == 2
     assert "dedupstore: error:" in capsys.readouterr().err
+    for bad in ("-1s", "11m", "soon"):
+        code, _, err = run(capsys, "bench", "--floor", bad)
+        assert code == 2 and "--floor" in err
+
+
+def test_bench_floor_zero_skips_it(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    doc = run_json(capsys, "bench", "--rate", "500", "--duration", "200ms", "--floor", "0",
+                   "--path", str(tmp_path / "s"))
+    assert "machine_floor" not in doc
+    code, out, _ = run(capsys, "bench", "--rate", "500", "--duration", "200ms", "--floor", "0s",
+                       "--path", str(tmp_path / "t"))
+    assert code == 0 and "floor" not in rows(out)
 
 
 def test_bench_reports_retention(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     doc = run_json(capsys, "bench", "--rate", "1000", "--duration", "1s", "--durability", "flush",
-                   "--time-scale", "86400", "--mode", "batch", "--batch", "50", "--path", str(tmp_path / "s"))
+                   "--time-scale", "86400", "--mode", "batch", "--batch", "50", "--path", str(tmp_path / "s"),
+                   "--floor", "0")
     assert doc["mode"] == "batch" and doc["batch"] == 50 and doc["time_scale"] == 86400
     assert doc["horizon_seconds"] == 43200 and doc["store_seconds"] > 43200
     assert set(doc["eviction"]) == {"enabled", "evicted", "lag_seconds_max", "lag_seconds_end",
                                     "frontier_advance_seconds"}
     assert set(doc["bloom"]) == {"enabled", "filters"}
     code, out, _ = run(capsys, "bench", "--rate", "500", "--duration", "300ms", "--no-eviction", "--no-bloom",
-                       "--path", str(tmp_path / "t"))
+                       "--path", str(tmp_path / "t"), "--floor", "0")
     assert code == 0 and "eviction off" in rows(out)["retention"]
 
 
@@ -91,7 +111,7 @@ def test_histogram_png(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> No
     pytest.importorskip("matplotlib")
     png = tmp_path / "pics" / "latency.png"
     doc = run_json(capsys, "bench", "--rate", "1000", "--duration", "500ms", "--durability", "flush",
-                   "--histogram", str(png))
+                   "--histogram", str(png), "--floor", "0")
     assert Path(doc["histogram"]) == png.resolve()
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -4,6 +4,7 @@ store (performance is measured by the benches, never asserted)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,7 +12,15 @@ import pytest
 
 from dedupstore import loadgen
 from dedupstore.errors import InvalidInputError
-from dedupstore.loadgen import LATE_AGE_S, LoadConfig, LoadReport, find_max_rate, make_stream, run_load
+from dedupstore.loadgen import (
+    LATE_AGE_S,
+    LoadConfig,
+    LoadReport,
+    find_max_rate,
+    machine_floor,
+    make_stream,
+    run_load,
+)
 
 
 def test_stream_mix_follows_the_shares() -> None:
@@ -92,6 +101,38 @@ def test_a_run_that_falls_behind_stops_at_the_drain_deadline(tmp_path: Path) -> 
     assert report.wall_seconds < 1.0
     # Unclaimed events count with the time they had waited: at least until the schedule's end.
     assert report.latencies_us[-1] >= 0 and report.latencies_us[doc["claimed"]] > report.latencies_us[-1]
+
+
+def test_the_machine_floor_is_the_schedule_with_no_store() -> None:
+    config = LoadConfig(rate=5000)
+    floor = machine_floor(config, 0.2)
+    assert floor["seconds"] == 0.2 and floor["events"] == 1000
+    assert 0 <= floor["p50_us"] <= floor["p99_us"] <= floor["p999_us"] <= floor["max_us"]
+    # Batches share their scheduled time, as in a run: still every event once.
+    assert machine_floor(replace(config, mode="batch", batch=50), 0.2)["events"] == 1000
+    for bad in (0, -1.0, 601.0):
+        with pytest.raises(InvalidInputError, match="floor"):
+            machine_floor(config, bad)
+
+
+def test_the_schedule_counts_a_stall_against_every_event_behind_it() -> None:
+    # No coordinated omission: an answer that takes 20 ms makes the events
+    # due meanwhile wait for it, and they are taken together afterwards.
+    calls: list[tuple[int, int]] = []
+
+    def serve(start: int, end: int) -> float:
+        calls.append((start, end))
+        if start == 0:
+            time.sleep(0.02)
+        return time.perf_counter()
+
+    latencies: list[float] = []
+    _, sent, n = loadgen._paced(100, 0.001, 1, 1000, 5.0, serve, latencies)
+    assert sent == 100 == len(latencies) and n == len(calls)
+    assert latencies[0] >= 20_000  # the first event waited for its own slow answer
+    assert calls[1][0] == 1 and calls[1][1] >= 15  # the events due during the stall, in one call
+    assert latencies[1] >= 15_000
+    assert calls[-1][1] == 100
 
 
 def test_bad_config_is_refused() -> None:

@@ -13,12 +13,14 @@ from dedupstore.cli import EXIT_OK, UsageError, add_json_flag, emit_json, emit_t
 from dedupstore.layout import DURABILITY
 from dedupstore.loadgen import (
     DEFAULT_TIME_SCALE,
+    FLOOR_SECONDS,
     MODES,
     LoadConfig,
     LoadReport,
     RampStep,
     find_max_rate,
     generations_per_second,
+    machine_floor,
     run_load,
 )
 from dedupstore.planning import format_number
@@ -77,6 +79,11 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser.add_argument("--step", default="3s", metavar="DURATION", help="length of each --find-max step (3s)")
     parser.add_argument("--p99-limit", default="1ms", metavar="DURATION", help="--find-max p99 limit (1ms)")
     parser.add_argument(
+        "--floor", default=f"{FLOOR_SECONDS:g}s", metavar="DURATION",
+        help=f"first run the same schedule this long with no store, to show the latency the machine's own "
+        f"sleep and wake-up add to every percentile (default {FLOOR_SECONDS:g}s; 0 skips it)",
+    )
+    parser.add_argument(
         "--histogram", default=None, metavar="PNG",
         help="write a latency picture (histogram and latency over time) to PNG; needs matplotlib",
     )
@@ -119,6 +126,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.json and sys.stderr.isatty():
         bar = tqdm(total=100, unit="%", bar_format="{l_bar}{bar}| {elapsed}<{remaining}{postfix}", leave=False)
 
+    floor = _floor(args, config)
+
     def progress(fraction: float, report: LoadReport) -> None:
         assert bar is not None
         bar.update(round(fraction * 100) - bar.n)
@@ -128,6 +137,8 @@ def run(args: argparse.Namespace) -> int:
     if bar is not None:
         bar.close()
     doc = report.to_dict()
+    if floor is not None:
+        doc["machine_floor"] = floor
     if args.histogram:
         from dedupstore.plot import latency_png
 
@@ -153,6 +164,12 @@ def _summary(config: LoadConfig, report: LoadReport, doc: dict[str, Any]) -> lis
     rows += [
         ("latency", f"p50 {doc['p50_us']:,.0f} us, p99 {doc['p99_us']:,.0f} us, p99.9 {doc['p999_us']:,.0f} us "
                     f"(from scheduled send time)"),
+    ]
+    if "machine_floor" in doc:
+        fl = doc["machine_floor"]
+        rows.append(("floor", f"p50 {fl['p50_us']:,.0f} us, p99 {fl['p99_us']:,.0f} us, p99.9 {fl['p999_us']:,.0f} us "
+                              f"with no store: this machine's own wake-up delay, in every figure above"))
+    rows += [
         ("cpu", f"{doc['cpu_share'] * 100:.1f}% of one core ({doc['cpu_system_share'] * 100:.1f}% in the kernel)"),
         ("written", f"{format_number(doc['written_bytes'])} bytes to disk, "
                     f"{format_number(doc['written_bytes_per_event'])} per event"),
@@ -185,6 +202,11 @@ def _summary(config: LoadConfig, report: LoadReport, doc: dict[str, Any]) -> lis
     if "histogram" in doc:
         rows.append(("picture", doc["histogram"]))
     return rows
+
+
+def _floor(args: argparse.Namespace, config: LoadConfig) -> dict[str, float] | None:
+    seconds = parse_duration(args.floor, what="--floor", maximum=600.0, allow_zero=True)
+    return machine_floor(config, seconds) if seconds > 0 else None
 
 
 def _find_max(args: argparse.Namespace, config: LoadConfig) -> int:
