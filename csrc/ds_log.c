@@ -26,8 +26,8 @@ void ds_log_init(ds_log *l, int fd, uint64_t map_bytes, uint64_t chunk)
          * with read-ahead that fault would read (zero-fill) the rest of the
          * reserved chunk too, up to read_ahead_kb at once, all in the
          * caller's store. One page per fault costs the same in total, spread
-         * evenly (docs/benchmarks.md, "The log's page faults"). Advice
-         * only: a refusal changes nothing but the cost. */
+         * evenly (docs/benchmarks.md, "The consumer's pauses in flush
+         * mode"). Advice only: a refusal changes nothing but the cost. */
         (void)posix_madvise(p, (size_t)map_bytes, POSIX_MADV_RANDOM);
         l->base = p;
         l->map_len = (size_t)map_bytes;

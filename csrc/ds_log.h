@@ -8,9 +8,9 @@
  * filesystem's write path (block mapping, buffer dirtying) per record; a
  * memcpy into a MAP_SHARED mapping of the same file puts the bytes in the
  * same page-cache pages with no call at all, and the kernel sees one page
- * fault per fresh page instead (read-ahead is turned off for the mapping,
- * so that a fault is one page, not a burst) (benches/bench_calls.py measures the calls;
- * docs/benchmarks.md has the figures).
+ * fault per fresh page instead (benches/bench_calls.py measures the calls;
+ * docs/benchmarks.md has the figures). Read-ahead is turned off for the
+ * mapping, so that such a fault is one page, not a burst of them.
  *
  * A store to a mapped page the filesystem cannot back is not an error code
  * but SIGBUS, which would kill the process. So the mapping is written only

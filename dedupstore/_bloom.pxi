@@ -47,28 +47,29 @@ cdef extern from "ds_bloom.h":
 cdef bytes _BLOOM_TAG_DOMAIN = b"dedupstore/bloom-tag/v1"
 
 
-# The last rate a filter was sized for, and the load and k that meet it: the
-# search costs a few hundred microseconds (csrc/ds_bloom.h) and every filter of
-# the store (each generation's, each live filter) uses one of two rates.
-# Read and written with the GIL held.
-cdef double _sized_rate = -1.0
-cdef double _sized_load = 0.0
-cdef unsigned _sized_k = 0
+# The load and k that meet each rate a filter was sized for: the search costs
+# a few hundred microseconds (csrc/ds_bloom.h), and a store makes filters at
+# few rates (each namespace's prefilter rate, LIVE_FP_RATE) again and again,
+# in turn. Read and written with the GIL held; at most _SIZED_MAX rates kept.
+cdef dict _sized = {}
+cdef int _SIZED_MAX = 64
 
 
-cdef int _bloom_params(uint64_t n_keys, double rate, uint64_t *nblocks, unsigned *k):
-    global _sized_rate, _sized_load, _sized_k
+cdef int _bloom_params(uint64_t n_keys, double rate, uint64_t *nblocks, unsigned *k) except? -100:
     cdef double load
     cdef unsigned kk
     cdef int rc
-    if rate != _sized_rate:
+    cdef tuple known = _sized.get(rate)
+    if known is None:
         rc = ds_bloom_load(rate, &load, &kk)
         if rc != DS_BLOOM_OK:
             return rc
-        _sized_rate, _sized_load, _sized_k = rate, load, kk
-    rc = ds_bloom_blocks(n_keys, _sized_load, nblocks)
+        if len(_sized) >= _SIZED_MAX:
+            _sized.clear()
+        known = _sized[rate] = (load, kk)
+    rc = ds_bloom_blocks(n_keys, <double>known[0], nblocks)
     if rc == DS_BLOOM_OK:
-        k[0] = _sized_k
+        k[0] = <unsigned>known[1]
     return rc
 
 

@@ -139,7 +139,7 @@ def test_sizing() -> None:
 
 def test_sizing_does_not_depend_on_the_rate_before() -> None:
     # The load that meets a rate is searched once and kept for the next
-    # filter of that rate: alternating rates must still size each for its own.
+    # filters of that rate: alternating rates must still size each for its own.
     first = {rate: (BloomFilter(50_000, rate).k, BloomFilter(50_000, rate).nblocks) for rate in (0.01, 0.001)}
     for rate in (0.001, 0.01, 0.001, 0.005, 0.01):
         bf = BloomFilter(50_000, rate)
