@@ -122,11 +122,10 @@ def run(args: argparse.Namespace) -> int:
         from dedupstore.plot import require_matplotlib
 
         require_matplotlib()
+    floor = _floor(args, config)  # before the bar: its clock is the run's
     bar = None
     if not args.json and sys.stderr.isatty():
         bar = tqdm(total=100, unit="%", bar_format="{l_bar}{bar}| {elapsed}<{remaining}{postfix}", leave=False)
-
-    floor = _floor(args, config)
 
     def progress(fraction: float, report: LoadReport) -> None:
         assert bar is not None
