@@ -110,6 +110,7 @@ class Space:
     blooms: dict[int, BloomFilter]
     gens_key: bytes
     bloom_skips: int
+    probe_reads: int
     bloom_maybes: int
     live: LiveFilter | None
     live_epoch: int

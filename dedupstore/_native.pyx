@@ -606,9 +606,12 @@ cdef class Space:
     cdef public bytes gens_key
     cdef Hasher hasher
     cdef bytes _hit                # the key of _find's last generation hit
-    # How often a filter let a probe be skipped, and how often it said "maybe".
+    # How often a filter let a probe be skipped, and how often it said
+    # "maybe"; how many probes read a generation in LMDB (the maybes, and
+    # the generations no filter answered for).
     cdef public unsigned long long bloom_skips
     cdef public unsigned long long bloom_maybes
+    cdef public unsigned long long probe_reads
     # The live filter, while this process holds the partition's write-behind
     # window (live_epoch: the Overlay.epoch it was seeded in, one per
     # opening): every key this Space wrote since the seed, so "not in it"
@@ -635,6 +638,7 @@ cdef class Space:
         self.gens_key = b"G" + prefix
         self.bloom_skips = 0
         self.bloom_maybes = 0
+        self.probe_reads = 0
         self.live = None
         self.live_epoch = 0
         self.live_from = 0
@@ -702,6 +706,7 @@ cdef class Space:
                     probe = PyBytes_FromStringAndSize(PyBytes_AS_STRING(kb), PyBytes_GET_SIZE(kb))
                 used = True
                 _set_gen(probe, g)
+                self.probe_reads += 1
                 raw = get(probe, None, self.records)
                 if raw is not None:
                     found[0] = g

@@ -209,6 +209,11 @@ class LoadReport:
     #: (claim, complete and release of each round): how busy it was.
     store_call_seconds: float = 0.0
     store_call_cpu_seconds: float = 0.0
+    #: CPU seconds of the store's own threads (checkpoints, applies,
+    #: eviction, filters: every thread named ``dedupstore-*``) over the run.
+    #: With store_call_cpu_seconds, what the store cost; the rest of
+    #: cpu_seconds is the load generator's (its schedule, its bookkeeping).
+    background_cpu_seconds: float = 0.0
     #: Write-behind applies (LMDB transactions of the windows, flush or
     #: sync mode) and the wall time they took; of them, those a store call
     #: ran in the consumer's thread (flush mode, a busy window), and the wall
@@ -230,6 +235,9 @@ class LoadReport:
     eviction_lag_end: float = 0.0
     frontier_advance: float = 0.0
     filters: int = 0
+    #: Generations read in LMDB by the run's probes (prefilter "probes_read"):
+    #: what the filters did not spare.
+    probe_reads: int = 0
     _sorted: list[float] | None = field(default=None, repr=False)
 
     @property
@@ -239,6 +247,13 @@ class LoadReport:
     @property
     def cpu_share(self) -> float:
         return self.cpu_seconds / self.wall_seconds if self.wall_seconds else 0.0
+
+    @property
+    def store_cpu_share(self) -> float:
+        """The store's part of :attr:`cpu_share`: the consumer's store calls
+        and the store's background threads."""
+        busy = self.store_call_cpu_seconds + self.background_cpu_seconds
+        return busy / self.wall_seconds if self.wall_seconds else 0.0
 
     def percentile(self, q: float) -> float:
         if self._sorted is None or len(self._sorted) != len(self.latencies_us):
@@ -266,8 +281,13 @@ class LoadReport:
             "max_us": round(max(self.latencies_us, default=0.0), 1),
             "cpu_share": round(self.cpu_share, 4),
             "cpu_system_share": round(self.cpu_system_seconds / self.wall_seconds, 4) if self.wall_seconds else 0.0,
+            "store_cpu_share": round(self.store_cpu_share, 4),
+            "store_background_cpu_share": (
+                round(self.background_cpu_seconds / self.wall_seconds, 4) if self.wall_seconds else 0.0
+            ),
             "written_bytes": self.written_bytes,
             "written_bytes_per_event": round(self.written_bytes / self.claimed) if self.claimed else 0,
+            "batches": self.batches,
             "mean_batch": round(self.claimed / self.batches, 1) if self.batches else 0.0,
             "store_call_share": round(self.store_call_seconds / self.wall_seconds, 4) if self.wall_seconds else 0.0,
             "store_call_us": round(self.store_call_seconds / self.batches * 1e6, 1) if self.batches else 0.0,
@@ -284,7 +304,10 @@ class LoadReport:
                 "lag_seconds_end": round(self.eviction_lag_end, 1),
                 "frontier_advance_seconds": round(self.frontier_advance, 1),
             },
-            "bloom": {"enabled": c.bloom, "filters": self.filters},
+            "bloom": {
+                "enabled": c.bloom, "filters": self.filters, "probe_reads": self.probe_reads,
+                "probe_reads_per_event": round(self.probe_reads / self.claimed, 3) if self.claimed else 0.0,
+            },
             "applies": {
                 "count": self.applies,
                 "mean_us": round(self.apply_seconds / self.applies * 1e6, 1) if self.applies else 0.0,
@@ -525,6 +548,21 @@ def _paced(
     return t0, sent, calls
 
 
+def _thread_cpu() -> dict[int, float]:
+    """CPU seconds so far of each of the store's threads (named
+    ``dedupstore-*``) by thread id; none where the platform has no
+    per-thread clocks."""
+    out: dict[int, float] = {}
+    for t in threading.enumerate():
+        if t.ident is None or not t.name.startswith("dedupstore-"):
+            continue
+        try:
+            out[t.ident] = time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+        except (AttributeError, OSError):  # no per-thread clock here, or the thread just ended
+            continue
+    return out
+
+
 def _percentile(data: list[float], q: float) -> float:
     """The ``q`` quantile of sorted ``data`` (0 when empty)."""
     if not data:
@@ -546,11 +584,15 @@ def machine_floor(config: LoadConfig, seconds: float = FLOOR_SECONDS) -> dict[st
         raise InvalidInputError(f"the floor's duration must be in (0, 600] s; got {seconds!r}")
     step, take = _shape(config)
     latencies: list[float] = []
-    _paced(int(config.rate * seconds), 1.0 / config.rate, step, take, seconds + 1.0, _now, latencies)
+    cpu0 = time.process_time()
+    t0, _, _ = _paced(int(config.rate * seconds), 1.0 / config.rate, step, take, seconds + 1.0, _now, latencies)
+    wall = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
     latencies.sort()
     return {
         "seconds": seconds,
         "events": len(latencies),
+        "cpu_share": round(cpu / wall, 4) if wall > 0 else 0.0,
         "p50_us": round(_percentile(latencies, 0.50), 1),
         "p99_us": round(_percentile(latencies, 0.99), 1),
         "p999_us": round(_percentile(latencies, 0.999), 1),
@@ -575,7 +617,8 @@ def _drive(
     counts = dict.fromkeys(Status, 0)
     consumer = _Consumer(store, stream, clock.base, counts)
     stats0 = store.stats()
-    frontier0 = _retention(store, stats0)["frontier"]
+    ret0 = _retention(store, stats0)
+    frontier0, reads0 = ret0["frontier"], ret0["prefilter"]["probes_read"]
     applies0 = _applies(stats0)
     interval = 1.0 / config.rate
     step, take = _shape(config)
@@ -584,6 +627,7 @@ def _drive(
     use0 = None if resource is None else resource.getrusage(resource.RUSAGE_SELF)
     device = block_device_stat(store.path)
     written0 = sectors_written(device)
+    threads0 = _thread_cpu()
 
     def serve(start: int, end: int) -> float:
         if single:
@@ -605,6 +649,10 @@ def _drive(
     stop = time.perf_counter()
     report.wall_seconds = stop - t0
     report.cpu_seconds = time.process_time() - cpu0
+    threads1 = _thread_cpu()
+    # A thread started during the run counts from zero; one that ended is
+    # not counted (the store's threads live as long as it does).
+    report.background_cpu_seconds = sum(c - threads0.get(ident, 0.0) for ident, c in threads1.items())
     report.store_call_seconds = consumer.busy_seconds
     report.store_call_cpu_seconds = consumer.busy_cpu_seconds
     if use0 is not None:
@@ -629,6 +677,7 @@ def _drive(
     report.eviction_lag_max = max(report.eviction_lag_max, report.eviction_lag_end)
     report.frontier_advance = ret["frontier"] - frontier0
     report.filters = ret["prefilter"]["filters"]
+    report.probe_reads = ret["prefilter"]["probes_read"] - reads0
 
 
 def generations_per_second(config: LoadConfig) -> float:

@@ -1184,6 +1184,10 @@ class DedupStore:
                 "filters": sum(len(sp.blooms) for sp in ns.spaces),
                 "probes_skipped": sum(sp.bloom_skips for sp in ns.spaces),
                 "probes_confirmed": sum(sp.bloom_maybes for sp in ns.spaces),
+                # Generations read in LMDB: the confirmations, and every
+                # generation no filter answers for (not yet sealed and
+                # filtered, and not the live filter's).
+                "probes_read": sum(sp.probe_reads for sp in ns.spaces),
                 # The live filters of the write-behind windows (docs/guarantees.md,
                 # "Filters"): LMDB reads they spared, keys and bytes they hold.
                 "live_reads_skipped": sum(sp.live_skips for sp in ns.spaces),

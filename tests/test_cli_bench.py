@@ -33,6 +33,12 @@ def test_bench_json_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path, d
     assert doc["written_bytes"] >= 0 and doc["written_bytes_per_event"] >= 0
     # One thread makes the calls: their CPU time is at most their wall time.
     assert 0 < doc["store_call_share"] <= 1 and 0 < doc["store_call_cpu_us"] <= doc["store_call_us"] + 1
+    # The store's part of the CPU: its calls in the consumer's thread, and
+    # its own threads (the flusher applied the windows, at least); all of it
+    # within the process's CPU time (measured over a slightly longer span).
+    calls_share = doc["store_call_cpu_us"] * doc["batches"] / 1e6 / (doc["events"] / doc["achieved_rate"])
+    assert 0 < doc["store_background_cpu_share"] < doc["store_cpu_share"] <= doc["cpu_share"] + 0.02
+    assert doc["store_cpu_share"] - doc["store_background_cpu_share"] == pytest.approx(calls_share, abs=0.01)
     # The windows were applied; only a flush-mode call applies one itself.
     ap = doc["applies"]
     assert ap["count"] > 0 and ap["mean_us"] > 0 and 0 <= ap["in_calls"] <= ap["count"]
@@ -41,8 +47,8 @@ def test_bench_json_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path, d
         assert ap["in_calls"] == 0 and ap["in_calls_mean_us"] == 0
     # The same schedule with no store first: 300 ms of it at 2,000/s.
     floor = doc["machine_floor"]
-    assert set(floor) == {"seconds", "events", "p50_us", "p99_us", "p999_us", "max_us"}
-    assert floor["seconds"] == 0.3 and floor["events"] == 600
+    assert set(floor) == {"seconds", "events", "cpu_share", "p50_us", "p99_us", "p999_us", "max_us"}
+    assert floor["seconds"] == 0.3 and floor["events"] == 600 and 0 < floor["cpu_share"] <= 1
     assert 0 <= floor["p50_us"] <= floor["p99_us"] <= floor["p999_us"] <= floor["max_us"]
 
 
@@ -52,6 +58,7 @@ def test_bench_table_and_bad_input(capsys: pytest.CaptureFixture[str], tmp_path:
     out = capsys.readouterr().out
     assert "achieved" in out and "p99" in out and "of one core" in out and "in store calls" in out
     assert "with no store" in rows(out)["floor"]
+    assert "in its calls" in rows(out)["store cpu"] and "schedule alone took" in rows(out)["store cpu"]
     assert main(["bench", "--rate", "fast"]) == 2
     assert "dedupstore: error:" in capsys.readouterr().err
     for bad in ("-1s", "11m", "soon"):
@@ -76,10 +83,11 @@ def test_bench_reports_retention(capsys: pytest.CaptureFixture[str], tmp_path: P
     assert doc["horizon_seconds"] == 43200 and doc["store_seconds"] > 43200
     assert set(doc["eviction"]) == {"enabled", "evicted", "lag_seconds_max", "lag_seconds_end",
                                     "frontier_advance_seconds"}
-    assert set(doc["bloom"]) == {"enabled", "filters"}
+    assert set(doc["bloom"]) == {"enabled", "filters", "probe_reads", "probe_reads_per_event"}
+    assert doc["bloom"]["probe_reads"] >= 0 and doc["bloom"]["probe_reads_per_event"] >= 0
     code, out, _ = run(capsys, "bench", "--rate", "500", "--duration", "300ms", "--no-eviction", "--no-bloom",
                        "--path", str(tmp_path / "t"), "--floor", "0")
-    assert code == 0 and "eviction off" in rows(out)["retention"]
+    assert code == 0 and "eviction off" in rows(out)["retention"] and rows(out)["prefilter"] == "off"
 
 
 def test_find_max_json_shape(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -170,6 +170,10 @@ def _summary(config: LoadConfig, report: LoadReport, doc: dict[str, Any]) -> lis
                               f"with no store: this machine's own wake-up delay, in every figure above"))
     rows += [
         ("cpu", f"{doc['cpu_share'] * 100:.1f}% of one core ({doc['cpu_system_share'] * 100:.1f}% in the kernel)"),
+        ("store cpu", f"{doc['store_cpu_share'] * 100:.1f}% of one core: "
+                      f"{(doc['store_cpu_share'] - doc['store_background_cpu_share']) * 100:.1f}% in its calls, "
+                      f"{doc['store_background_cpu_share'] * 100:.1f}% in its own threads; the rest is the load "
+                      f"generator's{_floor_cpu(doc)}"),
         ("written", f"{format_number(doc['written_bytes'])} bytes to disk, "
                     f"{format_number(doc['written_bytes_per_event'])} per event"),
         ("batches", f"{format_number(report.batches)} (mean {doc['mean_batch']} events)"),
@@ -197,10 +201,19 @@ def _summary(config: LoadConfig, report: LoadReport, doc: dict[str, Any]) -> lis
                                   f"{format_number(ev['lag_seconds_max'])} s store = {lag_wall:.2f} s wall"))
     else:
         rows.append(("retention", f"{clock}; eviction off"))
+    bl = doc["bloom"]
+    rows.append(("prefilter", f"{format_number(bl['filters'])} filters at the end; {bl['probe_reads_per_event']:.2f} "
+                              f"generation reads in LMDB per event (what no filter ruled out)"
+                 if bl["enabled"] else "off"))
     rows.append(("on disk", f"{format_number(doc['bytes_on_disk'])} bytes"))
     if "histogram" in doc:
         rows.append(("picture", doc["histogram"]))
     return rows
+
+
+def _floor_cpu(doc: dict[str, Any]) -> str:
+    fl = doc.get("machine_floor")
+    return "" if fl is None else f", whose schedule alone took {fl['cpu_share'] * 100:.1f}% with no store"
 
 
 def _floor(args: argparse.Namespace, config: LoadConfig) -> dict[str, float] | None:
