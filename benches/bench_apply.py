@@ -13,9 +13,8 @@ applied only when this script says (``apply_interval`` 1 s, no background
 checkpoint), fills it with ``--base`` keys, then for each n in ``--sizes``
 repeats: claim n new keys (random, like the reference stream's), then apply
 the window in this thread; every ``--checkpoint-every`` applies it
-checkpoints (``flush()``), as a running store does once a second (every 200
-applies at the default 5 ms interval; the default here is 20, so that every
-size sees a few). A checkpoint moves the pin, so LMDB reuses the pages
+checkpoints (``flush()``), as a running store does once a second (every 20
+applies at the default 50 ms interval, the default here too). A checkpoint moves the pin, so LMDB reuses the pages
 freed before it: the apply then writes pages scattered
 over the file, one pwrite(2) each, where under a pin held throughout
 (``--checkpoint-every 0``) it appends fresh pages in a few writev(2) calls.

@@ -17,7 +17,7 @@ much as its cost per key. This bench measures both:
 Each figure is the process's CPU time (``time.process_time``: the calling
 thread's, and the store's background threads' applying and checkpointing what
 the calls wrote) per call and per key, the median of ``--repeat`` runs, each
-on a fresh store with the default settings (write-behind applied every 5 ms). The reference stream's
+on a fresh store with the default settings (write-behind applied every 50 ms). The reference stream's
 keys and intents are used (``dedupstore.loadgen.make_stream``). Run it from
 outside the source tree:
 

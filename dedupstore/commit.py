@@ -35,7 +35,7 @@ import lmdb
 
 from .errors import DedupError, StoreFullError, WriterBusyError
 from .journal import Journal, JournalTxn
-from .window import WAIT_LIMIT_S, WAIT_POLL_S, Window, WindowBusy, settle_alone
+from .window import CHECK_S, WAIT_LIMIT_S, WAIT_POLL_S, Window, WindowBusy, settle_alone
 
 Op = Callable[[Any], Any]  # receives the write transaction, returns the caller's result
 
@@ -233,8 +233,8 @@ class GroupCommitter:
 
     def _attempt_waiting(self, batch: list[_Waiter]) -> int | None:
         """:meth:`_attempt`, again every WAIT_POLL_S while another process
-        holds the partition's write-behind window (it gives it up within its
-        apply interval of seeing this process), at most WAIT_LIMIT_S."""
+        holds the partition's write-behind window (it looks every
+        window.CHECK_S and then gives it up), at most WAIT_LIMIT_S."""
         deadline = 0.0
         while True:
             try:
@@ -246,8 +246,9 @@ class GroupCommitter:
                     raise WriterBusyError(
                         f"{self._describe}: another process (write-behind log {busy.owner.name}) has held this "
                         f"partition's write-behind window for {WAIT_LIMIT_S:g} s although this "
-                        f"process wants to write; a live process gives it up within its apply_interval of "
-                        f"seeing another writer, so that one is stopped or hung. Nothing of this call was written"
+                        f"process wants to write; a live process looks for other writers every "
+                        f"{CHECK_S * 1000:g} ms and gives the window up, so that one is stopped or hung. "
+                        f"Nothing of this call was written"
                     ) from None
                 time.sleep(WAIT_POLL_S)
 

@@ -41,7 +41,7 @@ try:
 except ImportError:  # pragma: no cover - Windows
     resource = None  # type: ignore[assignment]
 from .namespace import generation_length
-from .store import DEFAULT_EVICTION_RATE, FILTERS_PER_REFRESH, DedupStore
+from .store import DEFAULT_APPLY_INTERVAL, DEFAULT_EVICTION_RATE, FILTERS_PER_REFRESH, DedupStore
 from .verdicts import Status
 
 NAMESPACE = "bench.orders"
@@ -66,7 +66,7 @@ class LoadConfig:
     #: The store's background checkpoint interval (seconds).
     flush_interval: float = 1.0
     #: flush mode: the store's write-behind apply interval (seconds; 0 turns write-behind off).
-    apply_interval: float = 0.005
+    apply_interval: float = DEFAULT_APPLY_INTERVAL
     partitions: int | None = None
     mode: str = "poll"
     #: Events per producer batch in ``batch`` mode.

@@ -67,7 +67,7 @@ from .namespace import (
 )
 from .units import parse_duration
 from .verdicts import LEASED_CODES, STATUS_BY_CODE, BatchResult, ClaimResult, Record, Status
-from .window import CLOSED, W_KEY, WLOG_DIR, Owner, Window, WindowBusy, collect_dead, settle
+from .window import CHECK_S, CLOSED, W_KEY, WLOG_DIR, Owner, Window, WindowBusy, collect_dead, settle
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -95,9 +95,12 @@ MAX_FLUSH_INTERVAL_S = 3600.0
 #: group commit's journal fdatasync).
 TRICKLE_S = 0.02
 #: How long a returned write may wait in this process's
-#: write-behind window before it is applied to LMDB (dedupstore/window.py);
-#: about how long another process's first write or read waits for the window.
-DEFAULT_APPLY_INTERVAL = 0.005
+#: write-behind window before it is applied to LMDB (dedupstore/window.py).
+#: Each apply writes every LMDB page its keys fall on (copy-on-write), so
+#: seldom applies write fewer pages per key: at 18,000 events/s, 50 ms wrote
+#: 3.3x fewer bytes than 5 ms (docs/benchmarks.md). Another process that
+#: wants the partition waits for window.CHECK_S, not for this.
+DEFAULT_APPLY_INTERVAL = 0.05
 MIN_APPLY_INTERVAL_S = 0.0005
 MAX_APPLY_INTERVAL_S = 1.0
 #: Target false-positive rate of each generation's filter.
@@ -298,7 +301,7 @@ class _Partition:
         process or another: this process's window is applied first (a scan
         cannot read through it), and while another process's window is open
         (or a dead one's is not yet taken over) a write transaction waits it
-        out first, which takes at most that process's apply_interval."""
+        out first, which takes about window.CHECK_S (5 ms)."""
         window = self.window
         if window is not None:
             window.apply()
@@ -399,10 +402,10 @@ class DedupStore:
         background thread checkpoints: in ``flush`` mode the most an OS crash
         can take, in ``sync`` mode how much journal a restart may replay
         (docs/guarantees.md); ``apply_interval`` (0 turns write-behind
-        off) is how often this process's write-behind window is
-        applied to LMDB while it is a partition's only writer, so about how
-        long another process's first write or read of that partition waits
-        for the window to be given up (docs/guarantees.md).
+        off; default 50 ms) is how often this process's write-behind window
+        is applied to LMDB while it is a partition's only writer; another
+        process's first write or read of that partition waits about 5 ms for
+        the window to be given up, whatever the interval (docs/guarantees.md).
         """
         if durability not in DURABILITY:
             raise InvalidInputError(f"durability must be one of {sorted(DURABILITY)}; got {durability!r}")
@@ -629,14 +632,16 @@ class DedupStore:
         # returned (the committer sets _trickle_due), so that the writeback
         # overlaps the callers' next work rather than their next fdatasync,
         # and costs them no CPU. With write-behind it also ticks every
-        # apply_interval: each partition's window is applied (or given up,
-        # when another process wants to write).
+        # window.CHECK_S (or apply_interval, if shorter): each partition's
+        # window is given up if another process wants to write, else applied
+        # if it is due (Window.tick).
         windows = [p.window for p in self._parts if p.window is not None]
         synced = self._journal is not None
-        tick = min(interval, TRICKLE_S, apply_s) if windows else min(interval, TRICKLE_S)
+        check_s = min(apply_s, CHECK_S)
+        tick = min(interval, TRICKLE_S, check_s) if windows else min(interval, TRICKLE_S)
         next_checkpoint = time.monotonic() + interval
         next_trickle = time.monotonic() + TRICKLE_S
-        next_apply = time.monotonic() + apply_s
+        next_check = time.monotonic() + check_s
         while True:
             if synced:
                 wait = max(0.0, next_checkpoint - time.monotonic())
@@ -649,11 +654,11 @@ class DedupStore:
                 return
             try:
                 now = time.monotonic()
-                if windows and now >= next_apply:
+                if windows and now >= next_check:
                     # On its own schedule: a wake-up for a trickle (sync mode,
                     # after a group commit's fdatasync) is no reason to apply,
                     # and applying at each made many more, smaller transactions.
-                    next_apply = now + apply_s
+                    next_check = now + check_s
                     for w in windows:
                         w.tick()
                     now = time.monotonic()

@@ -27,8 +27,9 @@ only writer therefore opens a *window* on it:
   the overlay is written in one transaction that also moves ``W``'s offset
   past the records it holds.
 - Another process that wants to write holds the partition's writer lock (the
-  checkpoint file's, taken at open); the owner sees it at its next tick and
-  closes the window (applies and deletes ``W`` in one transaction) and does
+  checkpoint file's, taken at open); the owner sees it at its next tick
+  (every :data:`CHECK_S`, or every ``apply_interval`` if that is shorter,
+  whatever the apply interval) and closes the window (applies and deletes ``W`` in one transaction) and does
   not reopen it while that process is there. The other process waits for
   ``W`` to go (at most :data:`WAIT_LIMIT_S`).
 - The owner died: the ``flock`` it held on its segment is free. The next
@@ -103,8 +104,14 @@ RESERVE_BYTES = 1 << 20
 #: After an attempt to open found another writer, how long until the next.
 REOPEN_S = 0.1
 #: How long a writer waits for another process's window before giving up
-#: (the owner closes it within its apply interval of seeing a second writer).
+#: (the owner closes it within CHECK_S of a second writer's arrival).
 WAIT_LIMIT_S = 30.0
+#: How often the flusher ticks each window (:meth:`Window.tick`): looks for
+#: another process that wants to write the partition, and applies an idle
+#: window that is due. Apart from the apply interval, so that applying
+#: seldom (fewer, larger transactions: fewer pages written per key) does not
+#: keep another process waiting longer.
+CHECK_S = 0.005
 #: How often a waiting writer looks again.
 WAIT_POLL_S = 0.0005
 #: flush mode: a window that took a call this recently is busy, and the
@@ -348,7 +355,8 @@ class Window:
         #: call was (see :meth:`apply_if_due`). Sync-mode calls leave every
         #: apply to the flusher: they wait for their fdatasync without the
         #: GIL anyway, which is when its apply runs.
-        self._apply_s = apply_s if journal is None else 0.0
+        self._apply_s = apply_s
+        self._calls_apply = journal is None and apply_s > 0
         self._apply_at = 0.0
         self._last_call = 0.0
         self._stem = (
@@ -458,7 +466,7 @@ class Window:
         every GIL release of the caller then woke the waiting flusher in vain
         (a futex wake each) until the interpreter's switch interval forced a
         hand-over (docs/benchmarks.md)."""
-        if not self._apply_s:
+        if not self._calls_apply:
             return
         now = time.monotonic()
         busy = now - self._last_call < BUSY_S
@@ -500,9 +508,10 @@ class Window:
                 self._apply_behind()
 
     def tick(self) -> None:
-        """The flusher's every-``apply_interval`` call: apply (unless the
-        window is busy: then its calls do, :meth:`apply_if_due`), or close
-        the window if another process wants to write."""
+        """The flusher's call every :data:`CHECK_S` (or ``apply_interval``,
+        if shorter): close the window if another process wants to write;
+        else apply if due (unless the window is busy: then its calls do,
+        :meth:`apply_if_due`)."""
         if not self.active:
             return
         with self.applying:
@@ -512,8 +521,10 @@ class Window:
                         self._apply(closing=True)
                 return
             now = time.monotonic()
+            if now < self._apply_at:
+                return
             # Idle, or (a safety net) no busy call took it within an interval.
-            if now - self._last_call >= BUSY_S or now >= self._apply_at + self._apply_s:
+            if not self._calls_apply or now - self._last_call >= BUSY_S or now >= self._apply_at + self._apply_s:
                 self._apply_at = now + self._apply_s
                 self._apply_behind()
 

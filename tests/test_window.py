@@ -369,6 +369,26 @@ def test_an_idle_window_and_every_sync_mode_one_is_applied_by_the_flusher(
         assert threads and all(name.startswith("dedupstore-flush") for name in threads), threads
 
 
+def test_a_tick_gives_the_window_up_to_another_writer_without_waiting_for_the_apply(tmp_path: Path) -> None:
+    # The flusher ticks every CHECK_S: a window not yet due is left alone,
+    # unless another process wants the partition; then it goes at once.
+    with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
+        s.ensure_namespace("n")
+        s.claim("n", "a")
+        win = s._parts[0].window
+        assert win is not None and win.active
+        applies = win.stats()["applies"]
+        time.sleep(2 * window.BUSY_S)  # idle, but not due
+        win.tick()
+        assert win.active and len(win.overlay or ()) > 0 and win.stats()["applies"] == applies
+        win._others = lambda: True  # type: ignore[method-assign]
+        win.tick()
+        assert not win.active and win.stats()["applies"] == applies + 1
+        ns = s._namespace("n")
+        with s._parts[0].env.begin() as txn:
+            assert ns.spaces[0].lookup(txn, b"a", s._now_us()) is not None
+
+
 def test_a_call_whose_apply_fails_is_still_acknowledged_and_applied_later(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -576,7 +596,7 @@ def test_a_dead_owners_writes_are_seen_by_a_process_that_only_reads(tmp_path: Pa
 
 def test_another_process_sees_a_live_owners_writes_and_takes_turns_with_it(tmp_path: Path) -> None:
     path = tmp_path / "s"
-    child = Child(path, apply_interval=0.05)
+    child = Child(path, apply_interval=1.0)  # it gives the window up at its next tick, not its next apply
     try:
         child.ask("claim a 100")
         with DedupStore.open(path, durability="flush") as s:

@@ -24,6 +24,7 @@ from dedupstore.loadgen import (
     run_load,
 )
 from dedupstore.planning import format_number
+from dedupstore.store import DEFAULT_APPLY_INTERVAL
 from dedupstore.units import format_duration, parse_count, parse_duration
 
 #: Where the ramps of --find-max start; each step offers 1.5x the last.
@@ -54,8 +55,9 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="how often the store's background checkpoint runs (default 1s; in flush mode, what an OS crash may take)",
     )
     parser.add_argument(
-        "--apply-interval", default="5ms", metavar="DURATION",
-        help="how often the write-behind window is applied to LMDB (default 5ms; 0 turns write-behind off)",
+        "--apply-interval", default=format_duration(DEFAULT_APPLY_INTERVAL), metavar="DURATION",
+        help=f"how often the write-behind window is applied to LMDB (default "
+             f"{format_duration(DEFAULT_APPLY_INTERVAL)}; 0 turns write-behind off)",
     )
     parser.add_argument("--partitions", type=int, default=None, help="partitions of a new store (default 4)")
     parser.add_argument(
