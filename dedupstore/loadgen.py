@@ -226,6 +226,12 @@ class LoadReport:
     #: for an unclaimed event, the time it had waited when the run stopped (a
     #: lower bound, so a run cut short never looks faster than it was).
     latencies_us: list[float] = field(default_factory=list)
+    #: Each consumer round's wall time (claim, then complete or release), and
+    #: how late it began after it could have (its first event due, the round
+    #: before it done): the loop's wake-up delay (us). Where a p99 comes from:
+    #: long rounds, or rounds that began late.
+    call_us: list[float] = field(default_factory=list)
+    late_us: list[float] = field(default_factory=list)
     verdicts: dict[str, int] = field(default_factory=dict)
     batches: int = 0
     bytes_on_disk: int = 0
@@ -292,6 +298,8 @@ class LoadReport:
             "store_call_share": round(self.store_call_seconds / self.wall_seconds, 4) if self.wall_seconds else 0.0,
             "store_call_us": round(self.store_call_seconds / self.batches * 1e6, 1) if self.batches else 0.0,
             "store_call_cpu_us": round(self.store_call_cpu_seconds / self.batches * 1e6, 1) if self.batches else 0.0,
+            "rounds": _quantiles(sorted(self.call_us)),
+            "late_starts": _quantiles(sorted(self.late_us)),
             "verdicts": self.verdicts,
             "bytes_on_disk": self.bytes_on_disk,
             "time_scale": c.time_scale,
@@ -512,6 +520,8 @@ def _paced(
     serve: Callable[[int, int], float],
     latencies: list[float],
     tick: Callable[[int, float], None] | None = None,
+    calls_us: list[float] | None = None,
+    late_us: list[float] | None = None,
 ) -> tuple[float, int, int]:
     """The open-loop schedule: event ``i`` is due at ``i * interval`` from
     the start (a group of ``step`` at the time of its first), whatever
@@ -519,12 +529,16 @@ def _paced(
     most ``take``, all due) and returns ``perf_counter()`` at the answer; each
     event's latency from its due time is appended to ``latencies`` (us).
     Stops after ``limit`` seconds even with events left. ``tick(sent,
-    elapsed)`` is called about once a second. Returns (start time, events
-    answered, calls)."""
+    elapsed)`` is called about once a second. ``calls_us`` gets each call's
+    wall time (to its return, which may come after its answer) and
+    ``late_us`` how late each began: after the moment it could have (its
+    first event due and the call before it returned), the loop's wake-up
+    delay (us). Returns (start time, events answered, calls)."""
     t0 = time.perf_counter()
     next_tick = t0 + 1.0
     deadline = t0 + limit
     sent = calls = 0
+    free = t0  # when the last call returned
     while sent < total:
         now = time.perf_counter()
         if now > deadline:
@@ -535,6 +549,13 @@ def _paced(
             continue
         end = min(due, sent + take)
         done = serve(sent, end)
+        if calls_us is not None or late_us is not None:
+            after = time.perf_counter()  # the round may go on after its answer (completes)
+            if calls_us is not None:
+                calls_us.append((after - now) * 1e6)
+            if late_us is not None:
+                late_us.append((now - max(free, t0 + (sent - sent % step) * interval)) * 1e6)
+            free = after
         since = done - t0
         if step == 1:
             latencies.extend((since - i * interval) * 1e6 for i in range(sent, end))
@@ -561,6 +582,16 @@ def _thread_cpu() -> dict[int, float]:
         except (AttributeError, OSError):  # no per-thread clock here, or the thread just ended
             continue
     return out
+
+
+def _quantiles(data: list[float]) -> dict[str, float]:
+    """p50, p99, p99.9 and max of sorted ``data`` (us)."""
+    return {
+        "p50_us": round(_percentile(data, 0.50), 1),
+        "p99_us": round(_percentile(data, 0.99), 1),
+        "p999_us": round(_percentile(data, 0.999), 1),
+        "max_us": round(data[-1] if data else 0.0, 1),
+    }
 
 
 def _percentile(data: list[float], q: float) -> float:
@@ -593,10 +624,7 @@ def machine_floor(config: LoadConfig, seconds: float = FLOOR_SECONDS) -> dict[st
         "seconds": seconds,
         "events": len(latencies),
         "cpu_share": round(cpu / wall, 4) if wall > 0 else 0.0,
-        "p50_us": round(_percentile(latencies, 0.50), 1),
-        "p99_us": round(_percentile(latencies, 0.99), 1),
-        "p999_us": round(_percentile(latencies, 0.999), 1),
-        "max_us": round(latencies[-1] if latencies else 0.0, 1),
+        **_quantiles(latencies),
     }
 
 
@@ -645,7 +673,9 @@ def _drive(
 
     limit = config.duration + (max(5.0, config.duration / 2) if config.drain is None else config.drain)
     clock.start()
-    t0, sent, report.batches = _paced(total, interval, step, take, limit, serve, report.latencies_us, tick)
+    t0, sent, report.batches = _paced(
+        total, interval, step, take, limit, serve, report.latencies_us, tick, report.call_us, report.late_us
+    )
     stop = time.perf_counter()
     report.wall_seconds = stop - t0
     report.cpu_seconds = time.process_time() - cpu0

@@ -45,6 +45,12 @@ def test_bench_json_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path, d
     assert 0 <= ap["in_calls_share"] <= doc["store_call_share"]
     if durability == "sync":
         assert ap["in_calls"] == 0 and ap["in_calls_mean_us"] == 0
+    # Where the latency comes from: each round's length, and how late it began.
+    for spread in (doc["rounds"], doc["late_starts"]):
+        assert set(spread) == {"p50_us", "p99_us", "p999_us", "max_us"}
+        assert 0 <= spread["p50_us"] <= spread["p99_us"] <= spread["p999_us"] <= spread["max_us"]
+    # No event is answered before its round ends, nor before its round began late.
+    assert doc["rounds"]["p50_us"] > 0 and doc["max_us"] >= max(doc["rounds"]["max_us"], doc["late_starts"]["max_us"])
     # The same schedule with no store first: 300 ms of it at 2,000/s.
     floor = doc["machine_floor"]
     assert set(floor) == {"seconds", "events", "cpu_share", "p50_us", "p99_us", "p999_us", "max_us"}
@@ -59,6 +65,7 @@ def test_bench_table_and_bad_input(capsys: pytest.CaptureFixture[str], tmp_path:
     assert "achieved" in out and "p99" in out and "of one core" in out and "in store calls" in out
     assert "with no store" in rows(out)["floor"]
     assert "in its calls" in rows(out)["store cpu"] and "schedule alone took" in rows(out)["store cpu"]
+    assert "begun late" in rows(out)["rounds"]
     assert main(["bench", "--rate", "fast"]) == 2
     assert "dedupstore: error:" in capsys.readouterr().err
     for bad in ("-1s", "11m", "soon"):

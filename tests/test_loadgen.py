@@ -127,12 +127,17 @@ def test_the_schedule_counts_a_stall_against_every_event_behind_it() -> None:
         return time.perf_counter()
 
     latencies: list[float] = []
-    _, sent, n = loadgen._paced(100, 0.001, 1, 1000, 5.0, serve, latencies)
-    assert sent == 100 == len(latencies) and n == len(calls)
+    rounds: list[float] = []
+    late: list[float] = []
+    _, sent, n = loadgen._paced(100, 0.001, 1, 1000, 5.0, serve, latencies, None, rounds, late)
+    assert sent == 100 == len(latencies) and n == len(calls) == len(rounds) == len(late)
     assert latencies[0] >= 20_000  # the first event waited for its own slow answer
     assert calls[1][0] == 1 and calls[1][1] >= 15  # the events due during the stall, in one call
     assert latencies[1] >= 15_000
     assert calls[-1][1] == 100
+    # The stall is the first round's length, not the second's late start:
+    # that one could begin as soon as the first returned, and did.
+    assert rounds[0] >= 20_000 and min(late) >= 0 and late[1] < rounds[0]
 
 
 def test_bad_config_is_refused() -> None:

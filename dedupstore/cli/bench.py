@@ -163,12 +163,12 @@ def _summary(config: LoadConfig, report: LoadReport, doc: dict[str, Any]) -> lis
         rows.append(("unclaimed", f"{format_number(doc['unclaimed'])} of {format_number(doc['events'])} events still "
                                   f"queued when the run stopped (their latency counts the time they had waited)"))
     rows += [
-        ("latency", f"p50 {doc['p50_us']:,.0f} us, p99 {doc['p99_us']:,.0f} us, p99.9 {doc['p999_us']:,.0f} us "
+        ("latency", f"{_spread(doc)} "
                     f"(from scheduled send time)"),
     ]
     if "machine_floor" in doc:
         fl = doc["machine_floor"]
-        rows.append(("floor", f"p50 {fl['p50_us']:,.0f} us, p99 {fl['p99_us']:,.0f} us, p99.9 {fl['p999_us']:,.0f} us "
+        rows.append(("floor", f"{_spread(fl)} "
                               f"with no store: this machine's own wake-up delay, in every figure above"))
     rows += [
         ("cpu", f"{doc['cpu_share'] * 100:.1f}% of one core ({doc['cpu_system_share'] * 100:.1f}% in the kernel)"),
@@ -181,6 +181,8 @@ def _summary(config: LoadConfig, report: LoadReport, doc: dict[str, Any]) -> lis
         ("batches", f"{format_number(report.batches)} (mean {doc['mean_batch']} events)"),
         ("consumer", f"in store calls {doc['store_call_share'] * 100:.1f}% of the time: "
                      f"{doc['store_call_us']:,.0f} us per batch ({doc['store_call_cpu_us']:,.0f} us of CPU)"),
+        ("rounds", f"{_spread(doc['rounds'])} each (claim, then complete or release); begun late after "
+                   f"the loop's wake-up by {_spread(doc['late_starts'])}"),
         ("verdicts", verdicts),
     ]
     ap = doc["applies"]
@@ -211,6 +213,10 @@ def _summary(config: LoadConfig, report: LoadReport, doc: dict[str, Any]) -> lis
     if "histogram" in doc:
         rows.append(("picture", doc["histogram"]))
     return rows
+
+
+def _spread(q: dict[str, Any]) -> str:
+    return f"p50 {q['p50_us']:,.0f} us, p99 {q['p99_us']:,.0f} us, p99.9 {q['p999_us']:,.0f} us"
 
 
 def _floor_cpu(doc: dict[str, Any]) -> str:
