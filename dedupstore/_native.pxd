@@ -118,4 +118,4 @@ cdef extern from "ds_log.h":
     void *ds_log_span(ds_log *l, uint64_t offset, size_t n)
     int ds_log_write(ds_log *l, const void *p, size_t n, uint64_t offset)
     int ds_log_cut(ds_log *l, uint64_t offset)
-    void ds_log_release(ds_log *l)
+    void ds_log_release(ds_log *l) nogil

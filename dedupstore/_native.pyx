@@ -1304,10 +1304,13 @@ cdef class LogFile:
             raise OSError(rc, os.strerror(rc))
 
     def close(self):
-        """Unmap and close the descriptor (once; later calls do nothing)."""
+        """Unmap and close the descriptor (once; later calls do nothing).
+        The unmap runs without the GIL: dropping a segment's mapping of
+        dirty pages can take milliseconds."""
         if self._open:
             self._open = False
-            ds_log_release(&self._l)
+            with nogil:
+                ds_log_release(&self._l)
             os.close(self._l.fd)
 
 

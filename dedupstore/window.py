@@ -382,7 +382,10 @@ class Window:
         self.applies = 0
         self.applied_keys = 0
         self.logged_bytes = 0
-        self._mapped_records = 0  # of segments dropped
+        self._mapped_records = 0  # of segments dropped or retired
+        #: Segments rotated out, W no longer naming them, to be deleted by
+        #: the flusher's next tick (:meth:`_retire`).
+        self._retired: list[tuple[Path, _native.LogFile | None]] = []
         self.apply_seconds = 0.0
         self.call_applies = 0
         self.call_apply_seconds = 0.0
@@ -512,6 +515,7 @@ class Window:
         if shorter): close the window if another process wants to write;
         else apply if due (unless the window is busy: then its calls do,
         :meth:`apply_if_due`)."""
+        self.drop_retired()
         if not self.active:
             return
         with self.applying:
@@ -533,10 +537,15 @@ class Window:
         with self.applying, self.lock:
             if self.active:
                 self._apply(closing=True)
+        self.drop_retired()
 
     def forget(self) -> None:
-        """In a forked child: drop the inherited segment descriptor (so that
-        the parent's death frees its lock), touching nothing else."""
+        """In a forked child: drop the inherited segment descriptors (so that
+        the parent's death frees their locks), touching nothing else."""
+        for _, seg in self._retired:
+            if seg is not None:
+                seg.close()
+        self._retired.clear()
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -667,8 +676,16 @@ class Window:
             if new is not None:
                 self._drop_segment(*new)
             raise
-        if closing or new is not None:
+        if closing:
             self._drop_segment(self._name, self._log)
+        elif new is not None:
+            # W names the new segment now. Dropping the old one (an unlink,
+            # and an unmap of its dirty pages) can take milliseconds: the
+            # flusher's next tick does it, not this call. Until then it stays
+            # locked; a crash meanwhile leaves it unlocked and unnamed, which
+            # the next open deletes.
+            self._retire(self._name, self._log)
+        if closing or new is not None:
             self._log, self._name, self._size = (None, "", 0) if new is None else (new[1], new[0], 0)
         if closing:
             ov.snapshot.abort()
@@ -801,10 +818,31 @@ class Window:
         return name, _native.LogFile(fd, 0 if self._journal is not None else MAP_BYTES, RESERVE_BYTES)
 
     def _drop_segment(self, name: str, seg: _native.LogFile | None) -> None:
-        _unlink(self._dir / name)
         if seg is not None:
             self._mapped_records += seg.mapped_writes
-            seg.close()
+        _discard(self._dir / name, seg)
+
+    def _retire(self, name: str, seg: _native.LogFile | None) -> None:
+        """A segment W no longer names, for :meth:`drop_retired`."""
+        if seg is not None:
+            self._mapped_records += seg.mapped_writes
+        self._retired.append((self._dir / name, seg))
+
+    def drop_retired(self) -> None:
+        """Delete the segments rotated out since the last call (the
+        flusher's tick, and closing)."""
+        while True:
+            try:
+                path, seg = self._retired.pop()  # atomic: close() may race the flusher here
+            except IndexError:
+                return
+            _discard(path, seg)
+
+
+def _discard(path: Path, seg: _native.LogFile | None) -> None:
+    _unlink(path)
+    if seg is not None:
+        seg.close()
 
 
 class _NotNow(Exception):

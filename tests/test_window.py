@@ -469,11 +469,18 @@ def test_segments_rotate_and_the_old_ones_go(tmp_path: Path, monkeypatch: pytest
     with DedupStore.open(path, durability="flush", partitions=1, apply_interval=1.0) as s:
         s.ensure_namespace("n")
         names = set()
+        win = s._parts[0].window
+        assert win is not None
         for i in range(400):
             s.claim("n", f"k{i}")
             if i % 50 == 49:
                 s.flush()  # applies: past 4 KiB the segment is replaced
                 names.update(_segments(path))
+                # The old one waits for the flusher's next tick (the call
+                # that rotated did not pay for its deletion); after it, only
+                # the segment W names is left.
+                assert len(_segments(path)) <= 2
+                win.tick()
                 assert len(_segments(path)) == 1
         assert len(names) >= 4
     with DedupStore.open(path, durability="flush") as s:
