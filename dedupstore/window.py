@@ -28,8 +28,8 @@ only writer therefore opens a *window* on it:
   past the records it holds.
 - Another process that wants to write holds the partition's writer lock (the
   checkpoint file's, taken at open); the owner sees it at its next tick
-  (every :data:`CHECK_S`, or every ``apply_interval`` if that is shorter,
-  whatever the apply interval) and closes the window (applies and deletes ``W`` in one transaction) and does
+  (every :data:`CHECK_S`, or every ``apply_interval`` if that is shorter),
+  closes the window (applies and deletes ``W`` in one transaction) and does
   not reopen it while that process is there. The other process waits for
   ``W`` to go (at most :data:`WAIT_LIMIT_S`).
 - The owner died: the ``flock`` it held on its segment is free. The next
