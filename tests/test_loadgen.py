@@ -4,9 +4,11 @@ store (performance is measured by the benches, never asserted)."""
 
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,6 +73,26 @@ def test_run_reports_every_event(tmp_path: Path, mode: str) -> None:
         assert report.batches == 10
     if mode == "single":
         assert report.batches == n
+    assert gc.get_freeze_count() == 0  # the stream was frozen for the run only
+
+
+def test_the_stream_is_out_of_the_collectors_way_during_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    frozen: list[int] = []
+    real = loadgen._run
+
+    def run(*args: Any) -> Any:
+        frozen.append(gc.get_freeze_count())
+        return real(*args)
+
+    monkeypatch.setattr(loadgen, "_run", run)
+    config = LoadConfig(rate=1000, duration=0.2, durability="flush", time_scale=1.0)
+    stream = make_stream(config)
+    run_load(config, tmp_path / "s", stream=stream)
+    # Its intents (dicts: the keys are strings, which the collector never
+    # tracks), and more, were in the permanent generation.
+    assert frozen and frozen[0] >= len(stream.intents) and gc.get_freeze_count() == 0
 
 
 def test_accelerated_clock_rotates_and_evicts(tmp_path: Path) -> None:
