@@ -626,6 +626,11 @@ cdef class Space:
     cdef public bint live_pending
     cdef public unsigned long long live_skips
     cdef public unsigned long long live_seeds
+    #: Generations below this one may be deleted by an eviction transaction
+    #: running beside the write-behind window (dedupstore/window.py
+    #: Window.beside) while calls go on: a claim leaves a record it finds
+    #: there as it is (0: none).
+    cdef public uint32_t evict_floor
 
     def __init__(self, records, pending, meta, bytes prefix, int64_t gen_len, uint32_t oldest,
                  int64_t initial_frontier, Hasher hasher):
@@ -651,6 +656,7 @@ cdef class Space:
         self.oldest = oldest
         self.newest = oldest
         self.initial_frontier = initial_frontier
+        self.evict_floor = 0
 
     cpdef uint32_t generation(self, int64_t now):
         if now < 0:
@@ -911,6 +917,13 @@ cdef class Space:
             for g in [g for g in self.blooms if g < gen]:
                 del self.blooms[g]
 
+    def evictable_below(self, int64_t horizon, int64_t now) -> int:
+        """The first generation that :meth:`evict_step` at ``now`` leaves:
+        every one below it ended at least ``horizon`` ago."""
+        if now - horizon < self.gen_len:
+            return 0
+        return min(<uint32_t>((now - horizon) // self.gen_len), self.generation(now))
+
     def evict_step(self, txn, int64_t horizon, int64_t now, long budget):
         """Evict, inside ``txn``, up to ``budget`` records of generations whose
         every record is past ``horizon``, oldest generation first.
@@ -1061,6 +1074,13 @@ cdef class Space:
         ds_claim_decide(&cur, &req, &nxt, &out)
         if out.write == DS_WRITE_NONE:
             return (out.status, out.token, out.retry_after, raw, False, False, found)
+        if found != UNRESOLVED_GEN and found < self.evict_floor:
+            # A completed record (only another event id to count) in a
+            # generation that an eviction beside the window is deleting.
+            # Rewritten, it would come back below the oldest generation once
+            # the eviction commits; left, it goes as if the eviction had come
+            # just after this claim.
+            return (out.status, out.token, out.retry_after, raw, bool(out.other_event), False, found)
         if not write:
             return None
         stored = _encode(&nxt)

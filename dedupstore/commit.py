@@ -19,7 +19,9 @@ each fsync carries half what it could. A lone caller never lingers.
 Every write transaction first asks whether another process holds the
 partition's write-behind window (dedupstore/window.py) and, if
 it does, waits for it to be given up; in the process that holds one, the
-transaction carries the window's unapplied writes first.
+transaction carries the window's unapplied writes first, and holds the
+window's calls up meanwhile (flush-mode maintenance runs beside the window
+instead: Window.beside).
 """
 
 from __future__ import annotations

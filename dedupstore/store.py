@@ -182,6 +182,17 @@ def _put_meta(txn: Any, *, key: bytes, value: bytes, db: Any) -> None:
     txn.put(key, value, db=db)
 
 
+def _maintenance(part: _Partition, op: Callable[[Any], Any]) -> Any:
+    """A maintenance write (an eviction step, a filter), not waited on:
+    beside the partition's write-behind window if one is open, so that its
+    calls go on meanwhile (Window.beside), else in the group commit."""
+    if part.window is not None:
+        res = part.window.beside(op)
+        if res is not CLOSED:
+            return res
+    return part.committer.run(op, durable=False)
+
+
 def _settled(txn: Any) -> None:
     # A write transaction that writes nothing: its committer has settled
     # another process's write-behind window first (dedupstore/window.py).
@@ -1284,7 +1295,13 @@ class DedupStore:
             for part, space in zip(self._parts, ns.spaces, strict=True):
                 target = space.generation(now) - 2
                 if target >= space.oldest:
-                    part.committer.run(functools.partial(space.seal, gen=target), durable=False)
+                    seal = functools.partial(space.seal, gen=target)
+                    # Under the window, a call's write like any other: LMDB
+                    # shows the seal only with every write made before it,
+                    # all applied at once, so the filter built once it shows
+                    # is complete.
+                    if part.window is None or part.window.run(seal, sync=False) is CLOSED:
+                        part.committer.run(seal, durable=False)
                 with part.reader() as txn:
                     sealed1, _ = space.generation_state(txn)
                     oldest = space.stored_oldest(txn)
@@ -1314,7 +1331,7 @@ class DedupStore:
                         bf = _native.BloomFilter(1, BLOOM_FP_RATE, self._bloom_tag)  # empty: rules every key out
                     blob = bf.to_bytes()
                     key = _native.bloom_key(ns.prefix, g)
-                    part.committer.run(functools.partial(_put_meta, key=key, value=blob, db=part.meta), durable=False)
+                    _maintenance(part, functools.partial(_put_meta, key=key, value=blob, db=part.meta))
                     space.blooms[g] = bf
                     done["built"] += 1
                     if budget is not None:
@@ -1351,11 +1368,16 @@ class DedupStore:
                     step = self._evict_batch if remaining is None else min(self._evict_batch, remaining)
                     # Maintenance: not waited on (sync mode journals it, and
                     # the next durable commit's fdatasync carries it). A lost
-                    # eviction only brings back records and the frontier together.
-                    deleted, left, oldest = part.committer.run(
-                        functools.partial(space.evict_step, horizon=horizon_us, now=now, budget=step),
-                        durable=False,
-                    )
+                    # eviction only brings back records and the frontier
+                    # together. Beside a window, claims go on meanwhile; the
+                    # floor keeps them from rewriting a record being deleted.
+                    space.evict_floor = space.evictable_below(horizon_us, now)
+                    try:
+                        deleted, left, oldest = _maintenance(
+                            part, functools.partial(space.evict_step, horizon=horizon_us, now=now, budget=step)
+                        )
+                    finally:
+                        space.evict_floor = 0
                     space.advance_oldest(oldest)
                     totals["deleted"] += deleted
                     if remaining is not None:

@@ -22,10 +22,16 @@ only writer therefore opens a *window* on it:
 - Every ``apply_interval`` (the store's flusher thread; in flush mode, while
   calls keep coming, by the first call that returns after it is due, in
   that call's thread: :meth:`Window.apply_if_due`),
-  before any other write transaction of this process (eviction, sealing),
-  before a checkpoint, and when the overlay holds :data:`MAX_PENDING` keys,
-  the overlay is written in one transaction that also moves ``W``'s offset
-  past the records it holds.
+  before any other write transaction of this process, before a checkpoint,
+  and when the overlay holds :data:`MAX_PENDING` keys, the overlay is written
+  in one transaction that also moves ``W``'s offset past the records it
+  holds. Calls go on meanwhile, in a fresh overlay that reads through the one
+  being written. In flush mode, maintenance (an eviction step, a filter)
+  runs the same way: its transaction applies the overlay first, then does
+  its own writes, none of which a call makes (:meth:`Window.beside`; a claim
+  leaves alone a record of a generation being evicted,
+  ``Space.evict_floor``). Sealing a generation is written through the
+  window like a call's write.
 - Another process that wants to write holds the partition's writer lock (the
   checkpoint file's, taken at open); the owner sees it at its next tick
   (every :data:`CHECK_S`, or every ``apply_interval`` if that is shorter),
@@ -389,6 +395,8 @@ class Window:
         self.apply_seconds = 0.0
         self.call_applies = 0
         self.call_apply_seconds = 0.0
+        #: Maintenance transactions run beside the window (:meth:`beside`).
+        self.beside_commits = 0
 
     @property
     def name(self) -> str | None:
@@ -400,7 +408,8 @@ class Window:
         often it was opened, the applies (transactions), keys they wrote and
         wall time their transactions took, how many of them a call ran in its
         own thread (:meth:`apply_if_due`) and the wall time those took whole
-        (what a call waited for), the bytes logged, and how many records went
+        (what a call waited for), the maintenance transactions run beside the
+        window (:meth:`beside`), the bytes logged, and how many records went
         into a segment's mapping (the others were pwritten: sync mode's
         journal records, and records past the mapping or the disk space it
         could reserve)."""
@@ -409,7 +418,7 @@ class Window:
             "open": self.active, "opened": self.opened, "applies": self.applies,
             "applied_keys": self.applied_keys, "apply_seconds": round(self.apply_seconds, 6),
             "call_applies": self.call_applies, "call_apply_seconds": round(self.call_apply_seconds, 6),
-            "logged_bytes": self.logged_bytes, "mapped_records": mapped,
+            "beside_commits": self.beside_commits, "logged_bytes": self.logged_bytes, "mapped_records": mapped,
         }
 
     def run(self, op: Callable[[Any], Any], sync: bool = True) -> Any:
@@ -696,31 +705,56 @@ class Window:
             self._renew()
 
     def _apply_behind(self) -> None:
-        """Apply without holding calls up (``applying`` held, self.lock not).
+        """Apply without holding calls up (``applying`` held, self.lock not)."""
+        self._behind(None)
 
-        Under the lock the overlay is frozen and a fresh one, reading through
-        it, takes the calls that come meanwhile; the frozen one's writes are
-        committed with the lock released (py-lmdb's putmulti runs without the
-        GIL, so on another core calls go on); under the lock again the fresh
-        overlay is rebased onto a snapshot that holds them. A failed commit
-        folds the fresh overlay back into the frozen one."""
+    def beside(self, op: Callable[[Any], Any]) -> Any:
+        """Maintenance (an eviction step, a filter), flush mode: ``op(txn)``
+        in a write transaction that first applies the overlay, as
+        :meth:`_apply_behind` does, so calls go on meanwhile; returns its
+        result. :data:`CLOSED` when no window is open, or in sync mode (whose
+        transactions are journaled): then the caller takes the group commit,
+        which holds calls up. ``op`` must write nothing a call may write
+        meanwhile: the calls' overlay is rebased onto its commit, and where
+        both wrote, the call's write would win."""
+        if self._journal is not None:
+            return CLOSED
+        with self.applying:
+            result = self._behind(op)
+            if result is not CLOSED:
+                self.beside_commits += 1
+            return result
+
+    def _behind(self, op: Callable[[Any], Any] | None) -> Any:
+        """Under the lock the overlay is frozen and a fresh one, reading
+        through it, takes the calls that come meanwhile; the frozen one's
+        writes (then ``op``'s, if given) are committed with the lock released
+        (py-lmdb's putmulti runs without the GIL, so on another core calls go
+        on); under the lock again the fresh overlay is rebased onto a
+        snapshot that holds them. A failed commit folds the fresh overlay
+        back into the frozen one. Returns ``op``'s result (CLOSED: ``op`` did
+        not run)."""
         with self.lock:
             if not self.active:
-                return
+                return CLOSED
             frozen = self.overlay
             assert frozen is not None
             if self._broken or self._size >= SEGMENT_BYTES:
+                if op is not None:
+                    return CLOSED  # the committer's way, which closes or rotates first
                 self._apply(closing=self._broken)  # rare: the blocking way
-                return
-            changes = frozen.changes()
-            if not changes:
-                return
+                return None
+            if op is None and not len(frozen):
+                return None
             owner = self._owner(self._size, self._name)
             self.overlay = _native.Overlay(self._dbs[1], self._dbs[2], self._dbs[3], frozen)
             self.overlay.epoch = frozen.epoch
             self._label = self._next + 1  # this commit takes txn _next
+        # No call writes the frozen overlay any more: its changes are listed
+        # (sorted, which takes a while) without holding calls up.
+        changes = frozen.changes()
         try:
-            self._commit(changes, owner)
+            result = self._commit(changes, owner, op)
         except BaseException:
             with self.lock:
                 assert self.overlay is not None
@@ -735,16 +769,24 @@ class Window:
             self.overlay.rebase(snapshot)
             self._based(snapshot)
             frozen.snapshot.abort()
+        return result
 
-    def _commit(self, changes: list[tuple[int, bytes, bytes | None]], owner: Owner | None) -> None:
+    def _commit(
+        self, changes: list[tuple[int, bytes, bytes | None]], owner: Owner | None,
+        op: Callable[[Any], Any] | None = None,
+    ) -> Any:
         """One transaction writing ``changes`` and ``W`` (deleted if
-        ``owner`` is None); a full map is checkpointed once and retried."""
+        ``owner`` is None), then running ``op`` (if given: its result is
+        returned); a full map is checkpointed once and retried."""
         t0 = time.perf_counter()
+        result = None
         try:
             for attempt in (0, 1):
                 txn = self._env.begin(write=True)
                 try:
                     self._write(txn, changes, owner)
+                    if op is not None:
+                        result = op(txn)
                     txn.commit()
                     break
                 except lmdb.MapFullError:
@@ -764,9 +806,12 @@ class Window:
             )
             raise self.failed from None
         finally:
-            self.apply_seconds += time.perf_counter() - t0
-        self.applies += 1
-        self.applied_keys += len(changes)
+            if changes:  # a maintenance transaction's own time is not an apply's
+                self.apply_seconds += time.perf_counter() - t0
+        if changes:
+            self.applies += 1
+            self.applied_keys += len(changes)
+        return result
 
     def _write(self, txn: Any, changes: list[tuple[int, bytes, bytes | None]], owner: Owner | None) -> None:
         # Each database's puts in one putmulti: one call, run without the GIL.

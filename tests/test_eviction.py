@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import FakeClock
 
-from dedupstore import DedupStore, InvalidInputError, RecordState, Status
+from dedupstore import DedupStore, InvalidInputError, RecordState, Status, window
+from dedupstore.verify import verify_store
 
 HORIZON = 80.0  # seconds; generations are horizon/8 = 10 s
 GEN = 10.0
@@ -209,8 +212,8 @@ def test_evict_with_nothing_due_takes_no_write_transaction(store_path: Path, clo
         _fill(s, clock, steps=3)
         s.flush()
 
-        def commits() -> int:
-            return sum(p["commits"] for p in s.stats()["partition_stats"])
+        def commits() -> int:  # the group commit's, and those beside each write-behind window
+            return sum(p["commits"] + p["write_behind"]["beside_commits"] for p in s.stats()["partition_stats"])
 
         before = commits()
         assert s.evict() == {"deleted": 0}
@@ -219,3 +222,45 @@ def test_evict_with_nothing_due_takes_no_write_transaction(store_path: Path, clo
         assert s.evict()["deleted"] == 3 * 20
         assert commits() > before
         assert s.evict() == {"deleted": 0}
+
+
+def test_calls_go_on_while_an_eviction_commits_beside_the_write_behind_window(
+    store_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An eviction's transaction runs beside the window (Window.beside): the
+    # calls made meanwhile neither wait for it nor undo it, and a repeat with
+    # another event id of a record being deleted leaves it deleted (rewritten,
+    # it would come back below the oldest generation).
+    with _open(store_path, clock, durability="flush", partitions=1, apply_interval=1.0) as s:
+        old = s.claim("n", "old", event_id="e1", event_time=clock.now)
+        assert old.token is not None
+        s.complete("n", "old", old.token, b"ok")
+        _fill(s, clock, steps=3)
+        clock.advance(HORIZON + 2 * GEN)
+        inside, go_on = threading.Event(), threading.Event()
+        real = window.Window._commit
+
+        def held(self: window.Window, changes: Any, owner: Any, op: Any = None) -> Any:
+            if op is not None:  # the eviction's transaction, not an apply
+                inside.set()
+                assert go_on.wait(5)
+            return real(self, changes, owner, op)
+
+        monkeypatch.setattr(window.Window, "_commit", held)
+        done: list[dict[str, int]] = []
+        evictor = threading.Thread(target=lambda: done.append(s.evict()))
+        evictor.start()
+        assert inside.wait(5)
+        assert s.claim("n", "fresh").status is Status.NEW
+        repeat = s.claim("n", "old", event_id="e2")
+        assert repeat.status is Status.DUPLICATE and repeat.outcome == b"ok"
+        assert evictor.is_alive(), "the calls waited for the eviction's transaction"
+        go_on.set()
+        evictor.join()
+        monkeypatch.setattr(window.Window, "_commit", real)
+        assert done == [{"deleted": 3 * 20 + 1}]
+        assert s.lookup("n", "old") is None
+        assert s.claim("n", "fresh").status is Status.IN_PROGRESS
+        assert s.stats()["partition_stats"][0]["write_behind"]["beside_commits"] >= 1
+    report = verify_store(store_path)
+    assert report.problems == [], report.problems

@@ -55,6 +55,22 @@ def test_no_false_negatives_and_absent_keys_skip_probes(store_path: Path, clock:
         assert unfiltered >= len(fresh) and unfiltered % len(fresh) == 0
 
 
+def test_filters_are_complete_for_generations_sealed_under_the_write_behind_window(
+    store_path: Path, clock: FakeClock
+) -> None:
+    # Flush mode seals through the window, like a call's write. The keys of
+    # the generations it seals are still in the overlay then; the filters are
+    # built from LMDB after they are applied (Partition.reader applies first),
+    # so none of them is missing.
+    with _open(store_path, clock, durability="flush", partitions=1, apply_interval=1.0) as s:
+        keys = _fill(s, clock, gens=6)
+        window = s._parts[0].window
+        assert window is not None and len(window.overlay or ()) > 0  # nothing applied yet
+        assert s.refresh_prefilter()["built"] > 0
+        assert s.stats()["namespaces"]["n"]["prefilter"]["filters"] > 0
+        assert all(r.status is Status.DUPLICATE for r in s.claim_many("n", keys))
+
+
 def test_filters_persist_and_load_in_another_handle(store_path: Path, clock: FakeClock) -> None:
     with _open(store_path, clock) as s:
         keys = _fill(s, clock, gens=5)
