@@ -14,8 +14,11 @@ from collections.abc import Mapping
 
 from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.dict cimport PyDict_Next
+from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memcpy, memset
+from libc.stdlib cimport free, malloc, qsort
+from libc.string cimport memcmp, memcpy, memset
 
 from .errors import (
     InvalidInputError,
@@ -1334,6 +1337,52 @@ cdef class LogFile:
             os.close(self._l.fd)
 
 
+cdef struct _entry:
+    const char *data
+    Py_ssize_t size
+    PyObject *key
+    PyObject *value
+
+
+cdef int _entry_order(const void *a, const void *b) noexcept nogil:
+    # bytes order: the common prefix, then the shorter first.
+    cdef const _entry *x = <const _entry *>a
+    cdef const _entry *y = <const _entry *>b
+    cdef int c = memcmp(x.data, y.data, x.size if x.size < y.size else y.size)
+    if c != 0:
+        return c
+    return (x.size > y.size) - (x.size < y.size)
+
+
+cdef int _sorted_items(dict m, int code, list out) except -1:
+    # Appends (code, key, value) for every item of ``m`` (bytes keys) in key
+    # order: sorted with memcmp, which takes a fraction of what sorting the
+    # items as Python objects does (the overlay's apply lists a few hundred
+    # keys, every apply interval).
+    cdef Py_ssize_t n = len(m), i = 0, pos = 0
+    cdef PyObject *k
+    cdef PyObject *v
+    cdef _entry *items
+    if n == 0:
+        return 0
+    items = <_entry *>malloc(n * sizeof(_entry))
+    if items == NULL:
+        raise MemoryError()
+    try:
+        while PyDict_Next(m, &pos, &k, &v):
+            items[i].data = PyBytes_AS_STRING(<object>k)
+            items[i].size = PyBytes_GET_SIZE(<object>k)
+            items[i].key = k
+            items[i].value = v
+            i += 1
+        qsort(items, n, sizeof(_entry), _entry_order)
+        for i in range(n):
+            out.append((code, <object>items[i].key, <object>items[i].value))
+    finally:
+        free(items)
+    return 0
+
+
 cdef class Overlay:
     """Flush-mode write-behind: a stand-in for one partition's write
     transaction that holds this process's writes not yet applied to LMDB.
@@ -1560,7 +1609,7 @@ cdef class Overlay:
         cdef list out = []
         cdef int code
         for code in range(1, 4):
-            out.extend([(code, k, v) for k, v in sorted(self._map(code).items())])
+            _sorted_items(self._map(code), code, out)
         return out
 
     def __len__(self):

@@ -19,6 +19,8 @@ from typing import Any
 
 import lmdb
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dedupstore import DedupStore, InvalidDurationError, RecordState, Status, StoreFormatError, _native, window
 from dedupstore.journal import decode, encode
@@ -100,6 +102,27 @@ def _segments(path: Path) -> list[str]:
 
 
 # ---------------------------------------------------------------- the overlay
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([1, 2, 3]), st.binary(min_size=1, max_size=12), st.booleans())))
+def test_overlay_changes_come_in_bytes_order_per_database(
+    tmp_path_factory: pytest.TempPathFactory, writes: list[tuple[int, bytes, bool]]
+) -> None:
+    # changes() sorts each database's keys in C (memcmp, then the shorter
+    # first): the order Python gives bytes, which LMDB's default order is.
+    env = lmdb.open(str(tmp_path_factory.mktemp("ov")), max_dbs=4)
+    dbs = {1: env.open_db(b"records"), 2: env.open_db(b"pending"), 3: env.open_db(b"meta")}
+    ov = _native.Overlay(dbs[1], dbs[2], dbs[3], env.begin())
+    newest: dict[tuple[int, bytes], bytes | None] = {}
+    for code, key, put in writes:
+        if put:  # an overwriting put: a later delete is a change too
+            ov.put(key, key + b"!", db=dbs[code])
+            newest[(code, key)] = key + b"!"
+        elif ov.delete(key, b"", dbs[code]):
+            newest[(code, key)] = None
+    assert ov.changes() == [(c, k, v) for (c, k), v in sorted(newest.items())]
+    env.close()
 
 
 def test_overlay_reads_its_own_writes_over_the_snapshot_and_logs_them_as_journal_ops(tmp_path: Path) -> None:
