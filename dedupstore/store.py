@@ -521,6 +521,9 @@ class DedupStore:
         self._bloom_tag = _native.BloomFilter.hasher_tag(self._hasher)
         self._ns: dict[str, _Namespace] = {}
         self._ns_lock = threading.Lock()
+        #: evict() runs in one thread at a time: each step sets its partition's
+        #: Space.evict_floor for the claims that run beside its transaction.
+        self._evict_lock = threading.Lock()
         #: Verdicts by native status code, then repeats with another event id
         #: and duplicates of the same event (updated by _native.tally alone).
         self._counts = [0] * (len(STATUS_BY_CODE) + 2)
@@ -1350,6 +1353,10 @@ class DedupStore:
         self._check()
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
             raise InvalidInputError(f"budget must be a non-negative int or None; got {budget!r}")
+        with self._evict_lock:
+            return self._evict(budget)
+
+    def _evict(self, budget: int | None) -> dict[str, int]:
         totals = {"deleted": 0}
         remaining = budget
         now = self._now_us()
@@ -1361,8 +1368,9 @@ class DedupStore:
                     # Nothing is due: evict_step would find that too (the
                     # stored oldest generation is at or past this handle's),
                     # but in a write transaction, which applies the
-                    # partition's write-behind window and holds its calls
-                    # up, ten times a second from the background thread.
+                    # partition's write-behind window (and in sync mode holds
+                    # its calls up), ten times a second from the background
+                    # thread.
                     continue
                 while remaining is None or remaining > 0:
                     step = self._evict_batch if remaining is None else min(self._evict_batch, remaining)
