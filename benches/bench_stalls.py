@@ -59,7 +59,9 @@ class Spans:
         self._gc_start: dict[int, float] = {}
 
     def wrap(self, cls: type, name: str, label: Callable[..., str]) -> Callable[[], None]:
-        real = getattr(cls, name)
+        real = getattr(cls, name, None)
+        if real is None:  # an older tree (run against one to compare): nothing to time
+            return lambda: None
 
         @functools.wraps(real)
         def timed(obj: Any, *args: Any, **kwargs: Any) -> Any:
@@ -95,8 +97,11 @@ def instrument(spans: Spans) -> list[Callable[[], None]]:
             return f"apply ({_caller()})"
         return f"maintenance ({getattr(getattr(op, 'func', op), '__name__', 'op')})"
 
+    # Before Window.beside (3321e08) applies went
+    # through Window._apply_behind alone.
+    behind_name = "_behind" if hasattr(window.Window, "_behind") else "_apply_behind"
     return [
-        spans.wrap(window.Window, "_behind", behind),
+        spans.wrap(window.Window, behind_name, behind),
         spans.wrap(window.Window, "_apply", lambda closing=False: "apply, blocking" + (" (close)" if closing else "")),
         spans.wrap(commit.GroupCommitter, "_attempt", lambda batch: f"commit ({_op_names(batch)})"),
         spans.wrap(store.DedupStore, "evict", lambda *a, **k: "evict"),
