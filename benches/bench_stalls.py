@@ -14,6 +14,8 @@ does) with the store's steps that can hold a consumer up wrapped in timers:
     commit               a group-commit transaction (GroupCommitter._attempt;
                          beside a window it holds the window's calls up)
     evict, refresh       DedupStore.evict / refresh_prefilter, whole
+    checkpoint, trickle  the flusher's checkpoint (an fdatasync) and its
+                         writeback starts between them
     gc0/gc1/gc2          the cyclic collector, whichever thread ran it
 
 An event is late when its latency (from its scheduled time, as the bench
@@ -43,7 +45,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dedupstore import commit, loadgen, store, window
+from dedupstore import checkpoint, commit, loadgen, store, window
 from dedupstore.loadgen import LoadConfig, run_load
 
 #: Steps shorter than this are not counted against a late event.
@@ -106,6 +108,8 @@ def instrument(spans: Spans) -> list[Callable[[], None]]:
         spans.wrap(commit.GroupCommitter, "_attempt", lambda batch: f"commit ({_op_names(batch)})"),
         spans.wrap(store.DedupStore, "evict", lambda *a, **k: "evict"),
         spans.wrap(store.DedupStore, "refresh_prefilter", lambda *a, **k: "refresh"),
+        spans.wrap(checkpoint.Checkpointer, "checkpoint", lambda *a, **k: "checkpoint"),
+        spans.wrap(checkpoint.Checkpointer, "trickle", lambda *a, **k: "trickle"),
     ]
 
 
