@@ -729,8 +729,8 @@ class Window:
         """Under the lock the overlay is frozen and a fresh one, reading
         through it, takes the calls that come meanwhile; the frozen one's
         writes (then ``op``'s, if given) are committed with the lock released
-        (py-lmdb's putmulti runs without the GIL, so on another core calls go
-        on); under the lock again the fresh overlay is rebased onto a
+        (py-lmdb releases the GIL around each put and the commit, so calls go
+        on between them); under the lock again the fresh overlay is rebased onto a
         snapshot that holds them. A failed commit folds the fresh overlay
         back into the frozen one. Returns ``op``'s result (CLOSED: ``op`` did
         not run)."""
