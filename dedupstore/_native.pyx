@@ -17,7 +17,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.dict cimport PyDict_Next
 from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.stdlib cimport free, malloc, qsort
+from libc.stdlib cimport free, malloc, qsort, realloc
 from libc.string cimport memcmp, memcpy, memset
 
 from .errors import (
@@ -863,28 +863,41 @@ cdef class Space:
         return gs.sealed1
 
     def build_bloom(self, txn, uint32_t gen, double fp_rate, uint64_t tag):
-        """A filter of every key stored in generation ``gen`` (two cursor
-        passes: count, then add), or None when it holds no record."""
+        """A filter of every key stored in generation ``gen``, or None when it
+        holds no record. One cursor pass: the keys' hashes are gathered (8
+        bytes a key, freed on return), then the filter, sized to their
+        count, takes them all. Each cursor step hands the GIL over (py-lmdb),
+        so a second pass to count first would double that as well as the
+        reads."""
         cdef bytes start = record_key(self.prefix, gen, b"")
-        cdef Py_ssize_t n = 0
+        cdef Py_ssize_t n = 0, cap = 4096
+        cdef uint64_t *hashes = <uint64_t *>malloc(cap * sizeof(uint64_t))
+        cdef uint64_t *grown
         cdef BloomFilter bf
         cdef bytes k
-        cur = txn.cursor(db=self.records)
-        if cur.set_range(start):
-            for k in cur.iternext(keys=True, values=False):
-                if not k.startswith(start):
-                    break
-                n += 1
-        if n == 0:
-            return None
-        bf = BloomFilter(n, fp_rate, tag)
-        cur.set_range(start)
-        for k in cur.iternext(keys=True, values=False):
-            if not k.startswith(start):
-                break
-            ds_bloom_add(&bf.b, ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(k) + C_KEY_PREFIX_BYTES,
-                                             PyBytes_GET_SIZE(k) - C_KEY_PREFIX_BYTES))
-        return bf
+        if hashes == NULL:
+            raise MemoryError()
+        try:
+            cur = txn.cursor(db=self.records)
+            if cur.set_range(start):
+                for k in cur.iternext(keys=True, values=False):
+                    if not k.startswith(start):
+                        break
+                    if n == cap:
+                        grown = <uint64_t *>realloc(hashes, 2 * cap * sizeof(uint64_t))
+                        if grown == NULL:
+                            raise MemoryError()
+                        hashes, cap = grown, 2 * cap
+                    hashes[n] = ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(k) + C_KEY_PREFIX_BYTES,
+                                             PyBytes_GET_SIZE(k) - C_KEY_PREFIX_BYTES)
+                    n += 1
+            if n == 0:
+                return None
+            bf = BloomFilter(n, fp_rate, tag)
+            ds_bloom_add_many(&bf.b, hashes, <size_t>n)
+            return bf
+        finally:
+            free(hashes)
 
     cdef inline uint32_t _top(self, int64_t now):
         cdef uint32_t g = self.generation(now)
