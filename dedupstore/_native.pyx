@@ -46,6 +46,10 @@ STATE_COMPLETED = DS_STATE_COMPLETED
 RECORD_VERSION = DS_RECORD_VERSION
 NO_TIME = DS_NO_TIME
 
+#: A filter build gathers at most this many key hashes (32 MiB) in its one
+#: pass over a generation; a larger generation is read twice (Space.build_bloom).
+MAX_GATHERED_HASHES = 1 << 22
+
 #: The generation reported for an unresolved record: it lives in the
 #: ``pending`` database, in no generation (docs/format.md).
 UNRESOLVED_GEN = 0xFFFFFFFF
@@ -862,17 +866,20 @@ cdef class Space:
             self._write_state(txn, &gs)
         return gs.sealed1
 
-    def build_bloom(self, txn, uint32_t gen, double fp_rate, uint64_t tag):
+    def build_bloom(self, txn, uint32_t gen, double fp_rate, uint64_t tag,
+                    Py_ssize_t max_gathered=MAX_GATHERED_HASHES):
         """A filter of every key stored in generation ``gen``, or None when it
-        holds no record. One cursor pass: the keys' hashes are gathered (8
-        bytes a key, freed on return), then the filter, sized to their
-        count, takes them all. Each cursor step hands the GIL over (py-lmdb),
-        so a second pass to count first would double that as well as the
+        holds no record. One cursor pass gathers the keys' hashes (8 bytes a
+        key, at most ``max_gathered`` of them, freed on return), then the
+        filter, sized to their count, takes them all; a larger generation is
+        counted in that pass and added in a second. Each cursor step hands
+        the GIL over (py-lmdb), so a second pass doubles that as well as the
         reads."""
         cdef bytes start = record_key(self.prefix, gen, b"")
-        cdef Py_ssize_t n = 0, cap = 4096
+        cdef Py_ssize_t n = 0, cap = max(1, min(4096, max_gathered))
         cdef uint64_t *hashes = <uint64_t *>malloc(cap * sizeof(uint64_t))
         cdef uint64_t *grown
+        cdef bint gathered = True
         cdef BloomFilter bf
         cdef bytes k
         if hashes == NULL:
@@ -883,18 +890,32 @@ cdef class Space:
                 for k in cur.iternext(keys=True, values=False):
                     if not k.startswith(start):
                         break
-                    if n == cap:
-                        grown = <uint64_t *>realloc(hashes, 2 * cap * sizeof(uint64_t))
-                        if grown == NULL:
-                            raise MemoryError()
-                        hashes, cap = grown, 2 * cap
-                    hashes[n] = ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(k) + C_KEY_PREFIX_BYTES,
-                                             PyBytes_GET_SIZE(k) - C_KEY_PREFIX_BYTES)
+                    if gathered and n == cap:
+                        if cap >= max_gathered:
+                            gathered = False  # only counted from here on
+                        else:
+                            grown = <uint64_t *>realloc(hashes, min(2 * cap, max_gathered) * sizeof(uint64_t))
+                            if grown == NULL:
+                                raise MemoryError()
+                            hashes, cap = grown, min(2 * cap, max_gathered)
+                    if gathered:
+                        hashes[n] = ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(k) + C_KEY_PREFIX_BYTES,
+                                                 PyBytes_GET_SIZE(k) - C_KEY_PREFIX_BYTES)
                     n += 1
             if n == 0:
                 return None
             bf = BloomFilter(n, fp_rate, tag)
-            ds_bloom_add_many(&bf.b, hashes, <size_t>n)
+            if gathered:
+                ds_bloom_add_many(&bf.b, hashes, <size_t>n)
+                return bf
+            free(hashes)
+            hashes = NULL
+            cur.set_range(start)
+            for k in cur.iternext(keys=True, values=False):
+                if not k.startswith(start):
+                    break
+                ds_bloom_add(&bf.b, ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(k) + C_KEY_PREFIX_BYTES,
+                                                 PyBytes_GET_SIZE(k) - C_KEY_PREFIX_BYTES))
             return bf
         finally:
             free(hashes)

@@ -71,6 +71,24 @@ def test_filters_are_complete_for_generations_sealed_under_the_write_behind_wind
         assert all(r.status is Status.DUPLICATE for r in s.claim_many("n", keys))
 
 
+def test_a_generation_too_large_to_gather_in_one_pass_gets_the_same_filter(store_path: Path, clock: FakeClock) -> None:
+    # build_bloom gathers at most max_gathered hashes in its one pass; past
+    # that it counts, then reads the generation again: the filter is the same.
+    with _open(store_path, clock, partitions=1) as s:
+        keys = _fill(s, clock, gens=3)
+        s.refresh_prefilter()
+        space = s._namespace("n").spaces[0]
+        gen = space.generation(int((clock.now - 3 * GEN) * 1_000_000))
+        with s._parts[0].reader() as txn:
+            one = space.build_bloom(txn, gen, 0.01, 7)
+            two = space.build_bloom(txn, gen, 0.01, 7, max_gathered=10)
+            tiny = space.build_bloom(txn, gen, 0.01, 7, max_gathered=0)
+        assert one is not None and two is not None and tiny is not None
+        assert one.to_bytes() == two.to_bytes() == tiny.to_bytes()
+        assert one.count == 300
+        assert all(two.maybe(s._hasher, k.encode()) for k in keys if k.startswith("g0-"))
+
+
 def test_filters_persist_and_load_in_another_handle(store_path: Path, clock: FakeClock) -> None:
     with _open(store_path, clock) as s:
         keys = _fill(s, clock, gens=5)
