@@ -1417,6 +1417,37 @@ cdef int _sorted_items(dict m, int code, list out) except -1:
     return 0
 
 
+cdef Py_ssize_t _sorted_writes(dict m, int code, list puts, list deletes) except -1:
+    # As _sorted_items, grouped for the apply: (key, value) of each put onto
+    # ``puts`` and (code, key) of each delete onto ``deletes``, in key
+    # order; returns how many.
+    cdef Py_ssize_t n = len(m), i = 0, pos = 0
+    cdef PyObject *k
+    cdef PyObject *v
+    cdef _entry *items
+    if n == 0:
+        return 0
+    items = <_entry *>malloc(n * sizeof(_entry))
+    if items == NULL:
+        raise MemoryError()
+    try:
+        while PyDict_Next(m, &pos, &k, &v):
+            items[i].data = PyBytes_AS_STRING(<object>k)
+            items[i].size = PyBytes_GET_SIZE(<object>k)
+            items[i].key = k
+            items[i].value = v
+            i += 1
+        qsort(items, n, sizeof(_entry), _entry_order)
+        for i in range(n):
+            if items[i].value == <PyObject *>None:
+                deletes.append((code, <object>items[i].key))
+            else:
+                puts.append((<object>items[i].key, <object>items[i].value))
+    finally:
+        free(items)
+    return n
+
+
 cdef class Overlay:
     """Flush-mode write-behind: a stand-in for one partition's write
     transaction that holds this process's writes not yet applied to LMDB.
@@ -1645,6 +1676,21 @@ cdef class Overlay:
         for code in range(1, 4):
             _sorted_items(self._map(code), code, out)
         return out
+
+    def write_set(self):
+        """What :meth:`changes` lists, grouped as an apply writes it:
+        (count, [(database code, [(key, value), ...]) of the puts of each
+        database that has some, keys in order], [(code, key) of each
+        delete])."""
+        cdef list puts = [], deletes = [], items
+        cdef Py_ssize_t n = 0
+        cdef int code
+        for code in range(1, 4):
+            items = []
+            n += _sorted_writes(self._map(code), code, items, deletes)
+            if items:
+                puts.append((code, items))
+        return n, puts, deletes
 
     def __len__(self):
         return len(self._recs) + len(self._pend) + len(self._metas)

@@ -90,6 +90,10 @@ from .journal import DELETE, PUT, Journal, decode, window_ops
 
 log = logging.getLogger("dedupstore")
 
+#: What an apply writes: (count, puts per database code, deletes), from
+#: :meth:`dedupstore._native.Overlay.write_set`.
+WriteSet = tuple[int, list[tuple[int, list[tuple[bytes, bytes]]]], list[tuple[int, bytes]]]
+
 W_KEY = b"W"
 WLOG_DIR = "wlog"
 W_MAGIC = b"DSW1"
@@ -575,7 +579,7 @@ class Window:
         if self.failed is not None:
             raise self.failed
         assert self.overlay is not None
-        self._write(txn, self.overlay.changes(), self._owner(self._size, self._name))
+        self._write(txn, self.overlay.write_set(), self._owner(self._size, self._name))
 
     def committed(self) -> None:
         if not self.active:
@@ -671,9 +675,9 @@ class Window:
         segment, and a full overlay."""
         ov = self.overlay
         assert ov is not None
-        changes = ov.changes()
+        changes = ov.write_set()
         rotate = not closing and self._size >= SEGMENT_BYTES
-        if not changes and not closing and not rotate:
+        if not changes[0] and not closing and not rotate:
             return
         new: tuple[str, _native.LogFile] | None = self._new_segment() if rotate else None
         owner: Owner | None = None
@@ -752,7 +756,7 @@ class Window:
             self._label = self._next + 1  # this commit takes txn _next
         # No call writes the frozen overlay any more: its changes are listed
         # (sorted, which takes a while) without holding calls up.
-        changes = frozen.changes()
+        changes = frozen.write_set()
         try:
             result = self._commit(changes, owner, op)
         except BaseException:
@@ -772,10 +776,10 @@ class Window:
         return result
 
     def _commit(
-        self, changes: list[tuple[int, bytes, bytes | None]], owner: Owner | None,
-        op: Callable[[Any], Any] | None = None,
+        self, changes: WriteSet, owner: Owner | None, op: Callable[[Any], Any] | None = None,
     ) -> Any:
-        """One transaction writing ``changes`` and ``W`` (deleted if
+        """One transaction writing ``changes`` (an overlay's
+        :meth:`~dedupstore._native.Overlay.write_set`) and ``W`` (deleted if
         ``owner`` is None), then running ``op`` (if given: its result is
         returned); a full map is checkpointed once and retried."""
         t0 = time.perf_counter()
@@ -799,22 +803,24 @@ class Window:
                     raise
         except lmdb.MapFullError:
             self.failed = StoreFullError(
-                f"partition {self._index} reached its map size with {len(changes):,} acknowledged "
+                f"partition {self._index} reached its map size with {changes[0]:,} acknowledged "
                 f"writes not yet applied; they are safe in {self._log_path()} and this handle answers "
                 f"from them, but takes no more writes. Close it and reopen with a larger map_size: the open "
                 f"applies them"
             )
             raise self.failed from None
         finally:
-            if changes:  # a maintenance transaction's own time is not an apply's
+            if changes[0]:  # a maintenance transaction's own time is not an apply's
                 self.apply_seconds += time.perf_counter() - t0
-        if changes:
+        if changes[0]:
             self.applies += 1
-            self.applied_keys += len(changes)
+            self.applied_keys += changes[0]
         return result
 
-    def _write(self, txn: Any, changes: list[tuple[int, bytes, bytes | None]], owner: Owner | None) -> None:
-        # Each database's puts in one putmulti: one call, run without the GIL.
+    def _write(self, txn: Any, changes: WriteSet, owner: Owner | None) -> None:
+        # Each database's puts in one putmulti (grouped and sorted in C by
+        # Overlay.write_set); a database's keys are distinct, so its deletes
+        # may go first.
         if self._journal is not None and txn.id() != self._next:
             # The journal's replay would put the calls in the wrong place.
             raise RuntimeError(
@@ -822,13 +828,10 @@ class Window:
                 f"txn {txn.id()} applies them; another transaction came between"
             )
         dbs = self._dbs
-        puts: dict[int, list[tuple[bytes, bytes]]] = {}
-        for code, key, value in changes:
-            if value is None:
-                txn.delete(key, db=dbs[code])
-            else:
-                puts.setdefault(code, []).append((key, value))
-        for code, items in puts.items():
+        _, puts, deletes = changes
+        for code, key in deletes:
+            txn.delete(key, db=dbs[code])
+        for code, items in puts:
             txn.cursor(db=dbs[code]).putmulti(items)
         if owner is None:
             txn.delete(W_KEY, db=dbs[3])

@@ -106,7 +106,7 @@ def _segments(path: Path) -> list[str]:
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from([1, 2, 3]), st.binary(min_size=1, max_size=12), st.booleans())))
-def test_overlay_changes_come_in_bytes_order_per_database(
+def test_overlay_changes_come_in_bytes_order_per_database_and_group_as_applied(
     tmp_path_factory: pytest.TempPathFactory, writes: list[tuple[int, bytes, bool]]
 ) -> None:
     # changes() sorts each database's keys in C (memcmp, then the shorter
@@ -121,7 +121,13 @@ def test_overlay_changes_come_in_bytes_order_per_database(
             newest[(code, key)] = key + b"!"
         elif ov.delete(key, b"", dbs[code]):
             newest[(code, key)] = None
-    assert ov.changes() == [(c, k, v) for (c, k), v in sorted(newest.items())]
+    changes = [(c, k, v) for (c, k), v in sorted(newest.items())]
+    assert ov.changes() == changes
+    # What an apply writes: the same, grouped per database for putmulti.
+    n, puts, deletes = ov.write_set()
+    assert n == len(changes) and deletes == [(c, k) for c, k, v in changes if v is None]
+    codes = sorted({c for c, _, v in changes if v is not None})
+    assert puts == [(code, [(k, v) for c, k, v in changes if c == code and v is not None]) for code in codes]
     env.close()
 
 
