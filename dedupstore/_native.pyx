@@ -1388,11 +1388,13 @@ cdef int _entry_order(const void *a, const void *b) noexcept nogil:
     return (x.size > y.size) - (x.size < y.size)
 
 
-cdef int _sorted_items(dict m, int code, list out) except -1:
-    # Appends (code, key, value) for every item of ``m`` (bytes keys) in key
-    # order: sorted with memcmp, which takes a fraction of what sorting the
-    # items as Python objects does (the overlay's apply lists a few hundred
-    # keys, every apply interval).
+cdef Py_ssize_t _sorted_items(dict m, int code, list out, list deletes=None) except -1:
+    # Every item of ``m`` (bytes keys) in key order, sorted with memcmp,
+    # which takes a fraction of what sorting them as Python objects does (an
+    # apply lists a few hundred keys, every apply interval). ``deletes``
+    # None: (code, key, value) of each onto ``out`` (Overlay.changes); else
+    # (key, value) of each put onto ``out`` and (code, key) of each delete
+    # onto ``deletes`` (Overlay.write_set). Returns how many.
     cdef Py_ssize_t n = len(m), i = 0, pos = 0
     cdef PyObject *k
     cdef PyObject *v
@@ -1411,38 +1413,12 @@ cdef int _sorted_items(dict m, int code, list out) except -1:
             i += 1
         qsort(items, n, sizeof(_entry), _entry_order)
         for i in range(n):
-            out.append((code, <object>items[i].key, <object>items[i].value))
-    finally:
-        free(items)
-    return 0
-
-
-cdef Py_ssize_t _sorted_writes(dict m, int code, list puts, list deletes) except -1:
-    # As _sorted_items, grouped for the apply: (key, value) of each put onto
-    # ``puts`` and (code, key) of each delete onto ``deletes``, in key
-    # order; returns how many.
-    cdef Py_ssize_t n = len(m), i = 0, pos = 0
-    cdef PyObject *k
-    cdef PyObject *v
-    cdef _entry *items
-    if n == 0:
-        return 0
-    items = <_entry *>malloc(n * sizeof(_entry))
-    if items == NULL:
-        raise MemoryError()
-    try:
-        while PyDict_Next(m, &pos, &k, &v):
-            items[i].data = PyBytes_AS_STRING(<object>k)
-            items[i].size = PyBytes_GET_SIZE(<object>k)
-            items[i].key = k
-            items[i].value = v
-            i += 1
-        qsort(items, n, sizeof(_entry), _entry_order)
-        for i in range(n):
-            if items[i].value == <PyObject *>None:
+            if deletes is None:
+                out.append((code, <object>items[i].key, <object>items[i].value))
+            elif items[i].value == <PyObject *>None:
                 deletes.append((code, <object>items[i].key))
             else:
-                puts.append((<object>items[i].key, <object>items[i].value))
+                out.append((<object>items[i].key, <object>items[i].value))
     finally:
         free(items)
     return n
@@ -1687,7 +1663,7 @@ cdef class Overlay:
         cdef int code
         for code in range(1, 4):
             items = []
-            n += _sorted_writes(self._map(code), code, items, deletes)
+            n += _sorted_items(self._map(code), code, items, deletes)
             if items:
                 puts.append((code, items))
         return n, puts, deletes
