@@ -49,8 +49,10 @@ def test_bench_json_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path, d
     for spread in (doc["rounds"], doc["late_starts"]):
         assert set(spread) == {"p50_us", "p99_us", "p999_us", "max_us"}
         assert 0 <= spread["p50_us"] <= spread["p99_us"] <= spread["p999_us"] <= spread["max_us"]
-    # No event is answered before its round ends, nor before its round began late.
-    assert doc["rounds"]["p50_us"] > 0 and doc["max_us"] >= max(doc["rounds"]["max_us"], doc["late_starts"]["max_us"])
+    # No event is answered before its round began late. (A round may outlast
+    # every event's latency: its completes come after its claims' answer,
+    # and may run an apply.)
+    assert doc["rounds"]["p50_us"] > 0 and doc["max_us"] >= doc["late_starts"]["max_us"]
     # The same schedule with no store first: 300 ms of it at 2,000/s.
     floor = doc["machine_floor"]
     assert set(floor) == {"seconds", "events", "cpu_share", "p50_us", "p99_us", "p999_us", "max_us"}
