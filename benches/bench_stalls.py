@@ -107,7 +107,10 @@ def instrument(spans: Spans) -> list[Callable[[], None]]:
         spans.wrap(window.Window, "_apply", lambda closing=False: "apply, blocking" + (" (close)" if closing else "")),
         spans.wrap(commit.GroupCommitter, "_attempt", lambda batch: f"commit ({_op_names(batch)})"),
         spans.wrap(store.DedupStore, "evict", lambda *a, **k: "evict"),
-        spans.wrap(store.DedupStore, "refresh_prefilter", lambda *a, **k: "refresh"),
+        # The refresh: the background thread calls the private one (the
+        # public one calls it too); older trees have only the public one.
+        spans.wrap(store.DedupStore, "_refresh_prefilter" if hasattr(store.DedupStore, "_refresh_prefilter")
+                   else "refresh_prefilter", lambda *a, **k: "refresh"),
         spans.wrap(checkpoint.Checkpointer, "checkpoint", lambda *a, **k: "checkpoint"),
         spans.wrap(checkpoint.Checkpointer, "trickle", lambda *a, **k: "trickle"),
     ]

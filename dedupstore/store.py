@@ -1270,7 +1270,7 @@ class DedupStore:
                     tokens -= done["deleted"]
                 if self._bloom and now >= next_filters:
                     next_filters = now + 1.0
-                    self.refresh_prefilter(limit=FILTERS_PER_REFRESH)
+                    self._refresh_prefilter(FILTERS_PER_REFRESH, current=False)
             except (StoreClosedError, ForkedStoreError):
                 return
             except Exception:
@@ -1287,6 +1287,20 @@ class DedupStore:
         A filter only ever lets a probe be skipped; without one the generation
         is probed in LMDB, so a store is correct before, during and without this.
         """
+        return self._refresh_prefilter(limit, current=True)
+
+    def _refresh_prefilter(self, limit: int | None, current: bool) -> dict[str, int]:
+        # ``current``: read each partition as Partition.reader() does (this
+        # process's window applied first, another's waited out), so that
+        # every generation sealed by now gets its filter. The background
+        # thread reads LMDB as it stands instead: a seal shows there only
+        # together with every write made before it (a window applies its
+        # writes in order, all of an overlay at once), so what it builds is
+        # as complete, and a generation sealed in a window's overlay gets
+        # its filter at the next refresh, after the window's next apply. It
+        # then neither applies a window from this thread (handing the GIL
+        # over at every key, beside the calls) nor waits for another
+        # process's.
         self._check()
         done = {"loaded": 0, "built": 0}
         if not self._bloom:
@@ -1305,7 +1319,7 @@ class DedupStore:
                     # is complete.
                     if part.window is None or part.window.run(seal, sync=False) is CLOSED:
                         part.committer.run(seal, durable=False)
-                with part.reader() as txn:
+                with part.reader() if current else part.env.begin() as txn:
                     sealed1, _ = space.generation_state(txn)
                     oldest = space.stored_oldest(txn)
                     # Newest first, and only so far back: an old store whose
@@ -1328,7 +1342,7 @@ class DedupStore:
                 for g in to_build:
                     if budget is not None and budget <= 0:
                         return done
-                    with part.reader() as txn:
+                    with part.reader() if current else part.env.begin() as txn:
                         bf = space.build_bloom(txn, g, BLOOM_FP_RATE, self._bloom_tag)
                     if bf is None:
                         bf = _native.BloomFilter(1, BLOOM_FP_RATE, self._bloom_tag)  # empty: rules every key out

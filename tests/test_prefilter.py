@@ -71,6 +71,21 @@ def test_filters_are_complete_for_generations_sealed_under_the_write_behind_wind
         assert all(r.status is Status.DUPLICATE for r in s.claim_many("n", keys))
 
 
+def test_the_background_refresh_builds_from_lmdb_as_it_stands(store_path: Path, clock: FakeClock) -> None:
+    # The background thread's refresh applies no window: a generation sealed
+    # in the overlay gets its filter once the window's next apply has put the
+    # seal in LMDB, with every write made before it.
+    with _open(store_path, clock, durability="flush", partitions=1, apply_interval=1.0) as s:
+        keys = _fill(s, clock, gens=6)
+        window = s._parts[0].window
+        assert window is not None and len(window.overlay or ()) > 0
+        assert s._refresh_prefilter(None, current=False)["built"] == 0  # sealed in the overlay only
+        assert len(window.overlay or ()) > 0  # and nothing applied from here
+        window.apply()
+        assert s._refresh_prefilter(None, current=False)["built"] > 0
+        assert all(r.status is Status.DUPLICATE for r in s.claim_many("n", keys))
+
+
 def test_a_generation_too_large_to_gather_in_one_pass_gets_the_same_filter(store_path: Path, clock: FakeClock) -> None:
     # build_bloom gathers at most max_gathered hashes in its one pass; past
     # that it counts, then reads the generation again: the filter is the same.
