@@ -1277,7 +1277,8 @@ class DedupStore:
                 log.exception("dedupstore: background maintenance failed; retrying in %.1f s", EVICTION_TICK_S)
 
     def refresh_prefilter(self, limit: int | None = None) -> dict[str, int]:
-        """Bring the Bloom prefilter up to date; the background thread calls it.
+        """Bring the Bloom prefilter up to date (the background thread does the
+        same about once a second, from LMDB as it stands: below).
 
         Seals every generation that ended at least one generation ago (no key
         is added to a sealed generation any more), then gives each sealed,
