@@ -738,6 +738,11 @@ cdef class Space:
     cdef inline uint64_t _key_hash(self, bytes key):
         return ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))
 
+    cdef inline uint64_t _record_key_hash(self, bytes rkey):
+        # _key_hash of the business key inside a records key (after ns|gen).
+        return ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(rkey) + C_KEY_PREFIX_BYTES,
+                            PyBytes_GET_SIZE(rkey) - C_KEY_PREFIX_BYTES)
+
     cdef LiveFilter _live_for(self, object txn, uint32_t top):
         """The live filter that answers for a write in ``txn`` whose probes
         start at generation ``top``, seeded first if this is the first such
@@ -787,8 +792,7 @@ cdef class Space:
         for o in chain:
             for k in o._recs:  # deleted ones too: a key too many only costs a probe
                 if PyBytes_GET_SIZE(k) > C_KEY_PREFIX_BYTES and k[:2] == prefix and _record_gen(k) >= self.live_from:
-                    lf.add(ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(k) + C_KEY_PREFIX_BYTES,
-                                        PyBytes_GET_SIZE(k) - C_KEY_PREFIX_BYTES))
+                    lf.add(self._record_key_hash(k))
         # Every unresolved record of the namespace, unless there are too many
         # (the database's count, of every namespace, spares reading them to
         # find out).
@@ -899,8 +903,7 @@ cdef class Space:
                                 raise MemoryError()
                             hashes, cap = grown, min(2 * cap, max_gathered)
                     if gathered:
-                        hashes[n] = ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(k) + C_KEY_PREFIX_BYTES,
-                                                 PyBytes_GET_SIZE(k) - C_KEY_PREFIX_BYTES)
+                        hashes[n] = self._record_key_hash(k)
                     n += 1
             if n == 0:
                 return None
@@ -914,8 +917,7 @@ cdef class Space:
             for k in cur.iternext(keys=True, values=False):
                 if not k.startswith(start):
                     break
-                ds_bloom_add(&bf.b, ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(k) + C_KEY_PREFIX_BYTES,
-                                                 PyBytes_GET_SIZE(k) - C_KEY_PREFIX_BYTES))
+                ds_bloom_add(&bf.b, self._record_key_hash(k))
             return bf
         finally:
             free(hashes)
