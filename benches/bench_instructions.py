@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""What one call costs in instructions: the calling thread's instruction
+count per call under valgrind's callgrind, which does not move with the
+machine's load (the same binary, inputs and environment give the same count
+to within a few hundred instructions), where CPU time on a shared machine moves by
+a factor of two between hours (docs/benchmarks.md).
+
+Every claim carries an intent shaped as the reference stream's
+(``{"amount": 1234, "currency": "EUR"}``, canonical JSON). Each scenario
+runs in a fresh process on a fresh flush-mode store (write-behind, applied
+every second, no eviction thread), twice: with
+``--calls`` iterations and with none, both after the same warm-up; the
+figure is the difference of the main thread's counts divided by the
+iterations, so interpreter start-up, imports and the store's opening cancel
+out. Background threads (the flusher's applies and ticks) are counted
+apart by callgrind and left out: under valgrind they run fifty times more
+often per call than at full speed.
+
+    claim             claim() of a new key, with an event time
+    claim_many(1)     claim_many() of one new key, with an event time
+    round(1)          claim_many(1) then complete_many(1): dedupstore bench's
+                      consumer round at its mean batch of 1 to 2 events
+    round(100)/key    the same with 100 keys, per key: the batch target's path
+
+It needs valgrind (Debian's package); without it, it says so and exits 0.
+
+    cd /tmp && /path/to/.venv/bin/python /path/to/benches/bench_instructions.py [--calls 3000] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+#: The child: open a store, warm up, run ``n`` iterations of one scenario.
+CHILD = r"""
+import os, sys, tempfile, time
+from dedupstore import DedupStore
+what, n = sys.argv[1], int(sys.argv[2])
+# valgrind cannot reserve the default map (256 GiB of address space).
+s = DedupStore.open(tempfile.mkdtemp(dir=sys.argv[3]), durability="flush", eviction_rate=0,
+                    apply_interval="1s", map_size=1 << 30)
+s.ensure_namespace("ns")
+t = time.time()
+size = 100 if what == "round100" else 1
+# The reference stream's intent shape (dedupstore.loadgen.make_stream).
+intent = {"amount": 1234, "currency": "EUR"}
+ints, ets = [intent] * size, [t] * size
+
+def round_of(tag):
+    keys = [f"{tag}.{j}" for j in range(size)]
+    b = s.claim_many("ns", keys, ints, event_times=ets)
+    s.complete_many("ns", [(k, tok, b"ok") for k, tok in zip(keys, b.tokens)])
+
+for i in range(20 if size > 1 else 200):
+    round_of(f"w{i}")
+keys = [f"k{i}" for i in range(n)]
+if what == "claim":
+    for k in keys:
+        s.claim("ns", k, intent, event_time=t)
+elif what == "claim_many1":
+    for k in keys:
+        s.claim_many("ns", [k], ints, event_times=ets)
+else:
+    for k in keys:
+        round_of(k)
+sys.stdout.flush()
+os._exit(0)  # no close: its last apply and checkpoint would count
+"""
+
+SCENARIOS = {
+    "claim": ("claim", 1),
+    "claim_many(1)": ("claim_many1", 1),
+    "round(1)": ("round1", 1),
+    "round(100)/key": ("round100", 100),
+}
+
+
+def count(what: str, n: int, workdir: str) -> int:
+    out = Path(workdir) / f"cg.{what}.{n}"
+    subprocess.run(
+        ["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}",
+         sys.executable, "-c", CHILD, what, str(n), workdir],
+        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    main = Path(f"{out}-01")
+    m = re.search(r"^summary:\s+(\d+)", main.read_text(errors="replace"), re.M)
+    if m is None:
+        raise RuntimeError(f"no summary in {main}")
+    return int(m.group(1))
+
+
+def run(calls: int) -> dict[str, float]:
+    res = {}
+    with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR", "/tmp")) as workdir:
+        for name, (what, per) in SCENARIOS.items():
+            n = max(1, calls // per) if per > 1 else calls
+            base, full = count(what, 0, workdir), count(what, n, workdir)
+            res[name] = round((full - base) / (n * per))
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--calls", type=int, default=3000, help="iterations per scenario (rounds of 100: a hundredth)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    if shutil.which("valgrind") is None:
+        print("bench_instructions: valgrind is not installed (apt-get install valgrind); skipped")
+        return 0
+    res = run(args.calls)
+    if args.json:
+        print(json.dumps({"calls": args.calls, "instructions": res}, indent=2))
+    else:
+        print(f"instructions of the calling thread per call (callgrind; {args.calls:,} calls per scenario)")
+        for name, v in res.items():
+            print(f"  {name:16s} {v:10,}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
