@@ -12,9 +12,10 @@ import math
 import os
 from collections.abc import Mapping
 
-from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.dict cimport PyDict_Next
+from cpython.dict cimport PyDict_Keys, PyDict_Next
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from libc.stdio cimport snprintf
 from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, qsort, realloc
@@ -95,6 +96,9 @@ cdef class Hasher:
 
     def digest(self, bytes data) -> bytes:
         """128-bit keyed digest of ``data``."""
+        return self._digest(data)
+
+    cdef bytes _digest(self, bytes data):
         cdef bytes out = PyBytes_FromStringAndSize(NULL, 16)
         ds_siphash128(&self.key, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), <uint8_t *>PyBytes_AS_STRING(out))
         return out
@@ -183,7 +187,7 @@ cdef class Hasher:
         cdef bytes canon = canonical_intent(intent, fields)
         if canon is None:
             return None
-        return self.digest(canon)
+        return self._digest(canon)
 
     def intent_digests(self, intents, tuple fields=None):
         """:meth:`intent_digest` of each of ``intents``, as a list (one call
@@ -192,7 +196,7 @@ cdef class Hasher:
         cdef bytes canon
         for intent in intents:
             canon = None if intent is None else canonical_intent(intent, fields)
-            out.append(None if canon is None else self.digest(canon))
+            out.append(None if canon is None else self._digest(canon))
         return out
 
 
@@ -279,13 +283,32 @@ cdef int _put_ascii(ds_buf *b, str text) except -1:
     return _check(b, ds_buf_put(b, PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw)))
 
 
+cdef extern from "Python.h":
+    const char *PyUnicode_AsUTF8AndSize(object text, Py_ssize_t *size) except NULL
+
+
 cdef int _put_string(ds_buf *b, str text) except -1:
-    cdef bytes raw
+    # The str's own UTF-8 (for ASCII text, its characters: no copy).
+    cdef Py_ssize_t n
+    cdef const char *raw
     try:
-        raw = text.encode("utf-8")
+        raw = PyUnicode_AsUTF8AndSize(text, &n)
     except UnicodeEncodeError as exc:
         raise InvalidIntentError(f"intent strings must be valid UTF-8 text: {exc.reason}") from None
-    return _check(b, ds_buf_put_json_string(b, <const uint8_t *>PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw)))
+    return _check(b, ds_buf_put_json_string(b, <const uint8_t *>raw, n))
+
+
+cdef int _put_int(ds_buf *b, object o) except -1:
+    # int.__repr__, not str(): an IntEnum member must canonicalise as its
+    # value. One that fits in a long long is formatted here, the same digits.
+    cdef int overflow = 0
+    cdef long long v = PyLong_AsLongLongAndOverflow(o, &overflow)
+    cdef char digits[24]
+    cdef int n
+    if overflow:
+        return _put_ascii(b, int.__repr__(o))
+    n = snprintf(digits, sizeof(digits), "%lld", v)
+    return _check(b, ds_buf_put(b, digits, n))
 
 
 cdef int _canon(ds_buf *b, object o, int depth) except -1:
@@ -303,8 +326,7 @@ cdef int _canon(ds_buf *b, object o, int depth) except -1:
     if isinstance(o, str):
         return _put_string(b, <str>o)
     if isinstance(o, int):
-        # int.__repr__, not str(): an IntEnum member must canonicalise as its value.
-        return _put_ascii(b, int.__repr__(o))
+        return _put_int(b, o)
     if isinstance(o, float):
         if not math.isfinite(o):
             raise InvalidIntentError(f"intent numbers must be finite (NaN and infinities are rejected); got {o!r}")
@@ -313,11 +335,11 @@ cdef int _canon(ds_buf *b, object o, int depth) except -1:
         # float.is_integer on the double itself: a <float> cast would round to
         # single precision first and turn 16777217.5 into "16777217".
         if float.is_integer(o) and abs(o) < 9007199254740992.0:
-            return _put_ascii(b, int.__repr__(int(o)))
+            return _put_int(b, int(o))
         return _put_ascii(b, float.__repr__(o))
     if isinstance(o, (dict, Mapping)):
         _check(b, ds_buf_put_byte(b, ord("{")))
-        keys = list(o.keys())
+        keys = PyDict_Keys(o) if type(o) is dict else list(o.keys())
         for k in keys:
             if not isinstance(k, str):
                 raise InvalidIntentError(f"intent mapping keys must be str; got {type(k).__name__}")
@@ -353,7 +375,7 @@ def canonical_intent(object intent, tuple fields=None):
     if intent is None:
         return None
     if isinstance(intent, (bytes, bytearray, memoryview)):
-        raw = bytes(intent)
+        raw = intent if type(intent) is bytes else bytes(intent)
         if len(raw) > MAX_INTENT_BYTES - 1:
             raise InvalidIntentError(f"canonical intent must be at most {MAX_INTENT_BYTES} bytes")
         return b"\x00" + raw
@@ -1452,7 +1474,11 @@ cdef class Overlay:
     cdef dict _recs, _pend, _metas  # key -> newest value, None once deleted
     cdef dict _seen  # meta key -> the snapshot's value (None: absent)
     cdef set _frecs, _fpend, _fmetas  # keys put here that the snapshot lacks
-    cdef bytearray _ops
+    # The ops written since the last record: _olen bytes of a malloc'd
+    # buffer of _ocap (a bytearray emptied after each record would be
+    # reallocated as often).
+    cdef char *_ob
+    cdef Py_ssize_t _olen, _ocap
     cdef list _undo
     #: Which opening of a write-behind window this overlay serves (0: none);
     #: a Space's live filter is good for one (see Space._live_for).
@@ -1462,9 +1488,27 @@ cdef class Overlay:
         self._records = records
         self._pending = pending
         self._meta = meta
-        self._ops = bytearray()
         self._undo = []
         self.reset(snapshot)
+
+    def __dealloc__(self):
+        free(self._ob)
+
+    cdef char *_grow_ops(self, Py_ssize_t n) except NULL:
+        # Room for n more bytes of ops; returns where they go (the length
+        # already counts them).
+        cdef Py_ssize_t need = self._olen + n
+        cdef Py_ssize_t cap
+        cdef char *p
+        if need > self._ocap:
+            cap = max(need, 2 * self._ocap, 256)
+            p = <char *>realloc(self._ob, cap)
+            if p == NULL:
+                raise MemoryError()
+            self._ob, self._ocap = p, cap
+        p = self._ob + self._olen
+        self._olen = need
+        return p
 
     cdef dict _map(self, int code):
         return self._recs if code == 1 else self._pend if code == 2 else self._metas
@@ -1507,7 +1551,7 @@ cdef class Overlay:
         cdef dict m = self._map(code)
         cdef set f = self._fresh_of(code)
         cdef bint was = key in f
-        cdef uint8_t head[8]
+        cdef uint8_t *head
         cdef Py_ssize_t klen = PyBytes_GET_SIZE(key)
         cdef Py_ssize_t vlen = 0 if value is None else PyBytes_GET_SIZE(value)
         self._undo.append((m, key, m.get(key, _ABSENT), f, was))
@@ -1518,6 +1562,7 @@ cdef class Overlay:
             m[key] = value
             if fresh:
                 f.add(key)
+        head = <uint8_t *>self._grow_ops(8 + klen + vlen)
         head[0] = 2 if value is None else 1  # journal PUT / DELETE
         head[1] = <uint8_t>code
         head[2] = <uint8_t>(klen & 0xFF)
@@ -1526,10 +1571,9 @@ cdef class Overlay:
         head[5] = <uint8_t>((vlen >> 8) & 0xFF)
         head[6] = <uint8_t>((vlen >> 16) & 0xFF)
         head[7] = <uint8_t>((vlen >> 24) & 0xFF)
-        self._ops += PyBytes_FromStringAndSize(<const char *>head, 8)
-        self._ops += key
-        if value is not None:
-            self._ops += value
+        memcpy(head + 8, PyBytes_AS_STRING(key), klen)
+        if vlen:
+            memcpy(head + 8 + klen, PyBytes_AS_STRING(value), vlen)
 
     cdef bint _put_absent(self, int code, bytes key, bytes value):
         # put(overwrite=False) of a key the caller knows the snapshot lacks
@@ -1577,7 +1621,7 @@ cdef class Overlay:
         than handing the GIL over) and :meth:`keep` them. Returns the bytes
         written, 0 if no op was written. Raises OSError with the ops dropped
         but the call's writes still undoable: the caller rolls them back."""
-        cdef Py_ssize_t n = len(self._ops)
+        cdef Py_ssize_t n = self._olen
         cdef uint8_t *span
         cdef object rec
         if n == 0:
@@ -1598,7 +1642,7 @@ cdef class Overlay:
         return 0
 
     cdef object _frame(self, uint16_t part, uint64_t seq):
-        cdef Py_ssize_t n = len(self._ops)
+        cdef Py_ssize_t n = self._olen
         cdef bytes out
         if n == 0:
             return None
@@ -1618,11 +1662,11 @@ cdef class Overlay:
             p[8 + i] = <uint8_t>((seq >> (8 * i)) & 0xFF)
         p[16] = <uint8_t>(part & 0xFF)
         p[17] = <uint8_t>(part >> 8)
-        memcpy(p + 18, PyByteArray_AS_STRING(self._ops), n)
+        memcpy(p + 18, self._ob, n)
         crc = ds_crc32(0, p + 4, 14 + n)
         for i in range(4):
             p[18 + n + i] = <uint8_t>((crc >> (8 * i)) & 0xFF)
-        del self._ops[:]
+        self._olen = 0
         return 0
 
     def keep(self):
@@ -1643,7 +1687,7 @@ cdef class Overlay:
             else:
                 (<set>u[3]).discard(u[1])
         del self._undo[:]
-        del self._ops[:]
+        self._olen = 0
 
     def changes(self):
         """(database code, key, value or None for a delete) of every key
@@ -1685,7 +1729,7 @@ cdef class Overlay:
         cdef int code
         cdef dict m
         cdef set f, nf
-        if newer._undo or newer._ops or self._undo or self._ops:
+        if newer._undo or newer._olen or self._undo or self._olen:
             raise ValueError("an overlay with a call under way cannot be folded")
         for code in range(1, 4):
             m = self._map(code)
@@ -1711,6 +1755,6 @@ cdef class Overlay:
         self._fmetas = set()
         self._seen = {}
         del self._undo[:]
-        del self._ops[:]
+        self._olen = 0
 
 include "_gsync.pxi"

@@ -133,6 +133,9 @@ def test_numbers() -> None:
         assert canon([fractional]) != canon([int(fractional)]), fractional
     # Integers of any size are exact.
     assert canon([2**64 + 1, -(2**70)]) == STRUCTURED + f"[{2**64 + 1},{-(2**70)}]".encode()
+    # Either side of the 64-bit range (formatted in C within it, by int.__repr__ past it).
+    edges = [2**63 - 1, -(2**63), 2**63, -(2**63) - 1, 0, -1]
+    assert canon(edges) == STRUCTURED + ("[" + ",".join(map(str, edges)) + "]").encode()
 
 
 def test_bool_is_not_int() -> None:
