@@ -1,5 +1,5 @@
 # Type stubs for the compiled dedupstore._native (checked by mypy.stubtest in the test command).
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from typing_extensions import disjoint_base
@@ -50,6 +50,7 @@ def claim_batch(
     txn: Any,
 ) -> list[int]: ...
 
+def times_us(values: Iterable[object], slow: Callable[[object, str], int]) -> list[int | None]: ...
 def batch_columns(
     results: list[Any], status_by_code: tuple[Any, ...], leased: tuple[bool, ...]
 ) -> tuple[list[Any], list[int | None], list[float | None]]: ...

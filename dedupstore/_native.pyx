@@ -1264,6 +1264,36 @@ def claim_batch(Space space, list order, list keys, list digests, int64_t now, i
     return todo
 
 
+def times_us(object values, object slow):
+    """Each of ``values`` (seconds since the epoch, or None) in whole
+    microseconds, as a list: a float or an int (not a bool) strictly within
+    +-1e11 seconds is converted here, as ``int(value * 1_000_000)`` would;
+    anything else (a datetime, a value to refuse) by ``slow(value,
+    "event_time")``, whose answer or error is the caller's."""
+    cdef list out = []
+    cdef double d
+    cdef int overflow = 0
+    cdef long long v
+    for t in values:
+        if t is None:
+            out.append(None)
+        elif type(t) is float:
+            d = t
+            if -1e11 < d < 1e11:  # NaN fails this
+                out.append(<int64_t>(d * 1000000.0))
+            else:
+                out.append(slow(t, "event_time"))
+        elif type(t) is int:
+            v = PyLong_AsLongLongAndOverflow(t, &overflow)
+            if not overflow and -100000000000 < v < 100000000000:
+                out.append(v * 1000000)
+            else:
+                out.append(slow(t, "event_time"))
+        else:
+            out.append(slow(t, "event_time"))
+    return out
+
+
 def batch_columns(list results, tuple status_by_code, tuple leased):
     """(statuses, tokens, retry_after seconds) of a batch's verdict tuples,
     in one pass: the columns ``claim_many``'s BatchResult holds."""

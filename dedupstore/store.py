@@ -880,7 +880,7 @@ class DedupStore:
         digests = [None] * n if intents is None else self._hasher.intent_digests(intents, ns.fields)
         ets = None
         if event_times is not None:
-            ets = [None if t is None else _time_us(t, "event_time") for t in event_times]
+            ets = _native.times_us(event_times, _time_us)
         cl = None if claimant is None else _small_bytes(claimant, "claimant", MAX_CLAIMANT_BYTES)
         now = self._now_us()
         lease_us = ns.lease_us

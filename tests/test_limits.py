@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as _dt
 import warnings
 from pathlib import Path
 
 import pytest
 from conftest import FakeClock
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dedupstore import (
     DedupStore,
@@ -22,7 +25,9 @@ from dedupstore import (
     ReplayWindowWarning,
     Status,
     StoreFullError,
+    _native,
 )
+from dedupstore import store as store_module
 
 NS = "orders"
 
@@ -176,6 +181,37 @@ def test_claimant_and_event_id_edges(store: DedupStore) -> None:
         store.claim(NS, "b", event_id="e" * 129)
     with pytest.raises(InvalidInputError, match="event_time"):
         store.claim(NS, "b", event_time=float("nan"))
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(
+        st.none()
+        | st.floats(min_value=-1.2e11, max_value=1.2e11)
+        | st.floats(allow_nan=True, allow_infinity=True)
+        | st.integers(min_value=-(10**12), max_value=10**12)
+        | st.booleans()
+        | st.datetimes(timezones=st.just(_dt.UTC)),
+        max_size=5,
+    )
+)
+def test_batch_event_times_convert_as_single_ones(values: list[object]) -> None:
+    # claim_many converts its event_times in C; claim() with store._time_us.
+    # Same microseconds for each value, the same error for the first bad one.
+    want: list[object] = []
+    error: Exception | None = None
+    for v in values:
+        try:
+            want.append(None if v is None else store_module._time_us(v, "event_time"))
+        except InvalidInputError as exc:
+            error = exc
+            break
+    if error is None:
+        assert _native.times_us(values, store_module._time_us) == want
+    else:
+        with pytest.raises(InvalidInputError) as got:
+            _native.times_us(values, store_module._time_us)
+        assert str(got.value) == str(error)
 
 
 def test_claim_many_shape_errors(store: DedupStore) -> None:
