@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """What one call costs in instructions: the calling thread's instruction
 count per call under valgrind's callgrind, which does not move with the
-machine's load (the same binary, inputs and environment give the same count
-to within a few hundred instructions), where CPU time on a shared machine moves by
-a factor of two between hours (docs/benchmarks.md).
+machine's load (two runs of the same tree came within 3% of each other),
+where CPU time on a shared machine moves by a factor of two between hours
+(docs/benchmarks.md).
 
 Every claim carries an intent shaped as the reference stream's
 (``{"amount": 1234, "currency": "EUR"}``, canonical JSON). Each scenario
