@@ -1478,6 +1478,10 @@ cdef Py_ssize_t _sorted_items(dict m, int code, list out, list deletes=None) exc
     return n
 
 
+#: An overlay's ops buffer larger than this is given back when it is reset.
+cdef Py_ssize_t OPS_KEEP_BYTES = 1 << 20
+
+
 cdef class Overlay:
     """Flush-mode write-behind: a stand-in for one partition's write
     transaction that holds this process's writes not yet applied to LMDB.
@@ -1786,5 +1790,10 @@ cdef class Overlay:
         self._seen = {}
         del self._undo[:]
         self._olen = 0
+        if self._ocap > OPS_KEEP_BYTES:
+            # One huge call (a claim_many of 100,000 keys) does not keep its
+            # buffer for the overlay's whole life.
+            free(self._ob)
+            self._ob, self._ocap = NULL, 0
 
 include "_gsync.pxi"

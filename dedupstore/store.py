@@ -170,6 +170,8 @@ def _time_us(value: object, what: str) -> int:
         return int(value.timestamp() * 1_000_000)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidInputError(f"{what} must be seconds since the epoch or an aware datetime; got {value!r}")
+    # _native.times_us (claim_many's event_times) applies the same bound to
+    # floats and ints itself: change both (test_limits holds them together).
     if not -1e11 < value < 1e11:  # NaN fails this too
         raise InvalidInputError(f"{what} must be within +-1e11 seconds of the epoch; got {value!r}")
     return int(value * 1_000_000)
