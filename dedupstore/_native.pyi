@@ -90,11 +90,15 @@ class Hasher:
 LIVE_FIRST_KEYS: int
 LIVE_FP_RATE: float
 LIVE_PENDING_MAX: int
+LIVE_KEEP_MAX: int
+LIVE_SCAN_MAX: int
 
 @disjoint_base
 class LiveFilter:
     keys: int
-    def __init__(self, first_keys: int = 0) -> None: ...
+    lo: int
+    hi: int
+    def __init__(self, first_keys: int = 0, lo: int = 0) -> None: ...
     @property
     def nbytes(self) -> int: ...
 
@@ -115,12 +119,14 @@ class Space:
     probe_reads: int
     bloom_maybes: int
     live: LiveFilter | None
+    live_older: list[LiveFilter]
     live_epoch: int
     live_from: int
     live_top: int
     live_pending: bool
     live_skips: int
     live_seeds: int
+    live_rolls: int
     evict_floor: int
     def __init__(
         self,

@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.dict cimport PyDict_Keys, PyDict_Next
+from cpython.dict cimport PyDict_Keys, PyDict_Next, PyDict_Size
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
@@ -573,6 +573,12 @@ cdef class Overlay
 LIVE_FIRST_KEYS = 1 << 16
 LIVE_FP_RATE = 0.005
 LIVE_PENDING_MAX = 200_000
+#: Filters of past generations a Space keeps beside its newest (until those
+#: generations' sealed filters are built; then the oldest goes first), and how
+#: many generations one may answer for and still be given up for their
+#: sealed filters (a longer run is given up only past LIVE_KEEP_MAX).
+LIVE_KEEP_MAX = 3
+LIVE_SCAN_MAX = 64
 
 
 cdef class LiveFilter:
@@ -584,10 +590,15 @@ cdef class LiveFilter:
     cdef BloomFilter last
     cdef uint64_t room  # keys the newest filter takes before the next is made
     cdef public uint64_t keys
+    # The generations whose records it holds keys of, lo..hi (its pending
+    # keys, of no generation, aside); a Space widens hi as it adds.
+    cdef public uint32_t lo, hi
 
-    def __init__(self, uint64_t first_keys=0):
+    def __init__(self, uint64_t first_keys=0, uint32_t lo=0):
         self.filters = []
         self.keys = 0
+        self.lo = lo
+        self.hi = lo
         self._grow(first_keys or LIVE_FIRST_KEYS)
 
     cdef _grow(self, uint64_t n):
@@ -601,6 +612,12 @@ cdef class LiveFilter:
         ds_bloom_add(&self.last.b, h)
         self.room -= 1
         self.keys += 1
+
+    cdef add_at(self, uint64_t h, uint32_t gen):
+        # A record's key, in generation ``gen``.
+        self.add(h)
+        if gen > self.hi:
+            self.hi = gen
 
     cdef bint maybe(self, uint64_t h):
         cdef BloomFilter bf
@@ -648,13 +665,25 @@ cdef class Space:
     # from the pending database, with no LMDB read (docs/guarantees.md,
     # "Filters"). None until seeded (or if a seed failed: the next
     # generation's seed starts afresh).
+    #
+    # At a newer generation the filter is not made afresh but rolled: the
+    # newest takes the adds from then on, seeded with the unresolved
+    # records only, and the one before is kept in live_older (oldest first),
+    # still answering for the generations it holds keys of (lo..hi), until
+    # every one of them has its sealed filter in ``blooms``; then it is
+    # dropped and live_from moves past its hi (_prune_live). Every key this
+    # Space wrote since the seed, in a generation >= live_from, is in one of
+    # them.
     cdef public LiveFilter live
+    cdef public list live_older
     cdef public uint64_t live_epoch
     cdef public uint32_t live_from
-    cdef public uint32_t live_top   # the generation probes started from at the seed
+    cdef public uint32_t live_top   # the generation probes started from at the seed or the last roll
     cdef public bint live_pending
     cdef public unsigned long long live_skips
     cdef public unsigned long long live_seeds
+    cdef public unsigned long long live_rolls
+    cdef Py_ssize_t _live_blooms    # len(blooms) when live_older was last pruned
     #: Generations below this one may be deleted by an eviction transaction
     #: running beside the write-behind window (dedupstore/window.py
     #: Window.beside) while calls go on: a claim leaves a record it finds
@@ -674,12 +703,15 @@ cdef class Space:
         self.bloom_maybes = 0
         self.probe_reads = 0
         self.live = None
+        self.live_older = []
         self.live_epoch = 0
         self.live_from = 0
         self.live_top = 0
         self.live_pending = False
         self.live_skips = 0
         self.live_seeds = 0
+        self.live_rolls = 0
+        self._live_blooms = 0
         self.frontier_key = b"F" + prefix
         self.gen_len = gen_len
         self.oldest = oldest
@@ -766,19 +798,73 @@ cdef class Space:
                             PyBytes_GET_SIZE(rkey) - C_KEY_PREFIX_BYTES)
 
     cdef LiveFilter _live_for(self, object txn, uint32_t top):
-        """The live filter that answers for a write in ``txn`` whose probes
-        start at generation ``top``, seeded first if this is the first such
-        write of the window's epoch or of a newer generation; None when
-        ``txn`` is not a write-behind window's overlay."""
+        """The newest live filter, which takes the keys of a write in
+        ``txn`` whose probes start at generation ``top``: seeded first if
+        this is the first such write of the window's epoch, rolled if of a
+        newer generation; None when ``txn`` is not a write-behind window's
+        overlay."""
         cdef Overlay ov
         if type(txn) is not Overlay:
             return None
         ov = <Overlay>txn
         if ov.epoch == 0:
             return None
-        if ov.epoch != self.live_epoch or top > self.live_top:
+        if ov.epoch != self.live_epoch or (top > self.live_top and self.live is None):
             self._seed(ov, top)
+        elif top > self.live_top:
+            self._roll(ov, top)
+        elif self.live_older and PyDict_Size(self.blooms) != self._live_blooms:
+            self._prune_live()
         return self.live
+
+    cdef bint _live_maybe(self, uint64_t h):
+        # Whether the key of hash ``h`` may be one the live filters hold.
+        cdef LiveFilter lf
+        if self.live.maybe(h):
+            return True
+        for lf in self.live_older:
+            if lf.maybe(h):
+                return True
+        return False
+
+    cdef _roll(self, Overlay ov, uint32_t top):
+        # A newer generation, the same epoch: the newest filter is kept for
+        # the generations it answers for, and a fresh one takes over.
+        cdef LiveFilter lf = LiveFilter(0, top)
+        cdef bint pend = self._seed_pending(lf, ov)
+        self.live_older = self.live_older + [self.live]
+        self.live = lf
+        self.live_pending = pend
+        self.live_top = top
+        self.live_rolls += 1
+        self._prune_live()
+
+    cdef _prune_live(self):
+        # Drops the oldest kept filters while every generation they answer
+        # for has its sealed filter (or is evicted), or while more than
+        # LIVE_KEEP_MAX are kept; live_from then moves past them. The list is
+        # replaced, not changed in place.
+        cdef LiveFilter lf
+        cdef uint32_t g, lo
+        cdef bint done
+        cdef dict blooms = self.blooms
+        cdef list older = self.live_older
+        self._live_blooms = PyDict_Size(blooms)
+        while older:
+            lf = older[0]
+            if len(older) <= LIVE_KEEP_MAX:
+                lo = lf.lo if lf.lo > self.oldest else self.oldest
+                done = lf.hi < lo or lf.hi - lo < LIVE_SCAN_MAX
+                g = lo
+                while done and g <= lf.hi:
+                    done = g in blooms
+                    g += 1
+                if not done:
+                    break
+            older = older[1:]
+            if lf.hi + 1 > self.live_from:
+                self.live_from = lf.hi + 1
+        self.live_older = older
 
     cdef _seed(self, Overlay ov, uint32_t top):
         # What this handle knows now: the overlays (the window's, and the one
@@ -789,11 +875,11 @@ cdef class Space:
         cdef object base = ov
         cdef Overlay o
         cdef bytes k
-        cdef Py_ssize_t n = 0
         cdef bytes prefix = self.prefix
         cdef int ns = (<uint8_t>prefix[0] << 8) | <uint8_t>prefix[1]
-        cdef LiveFilter lf = LiveFilter()
+        cdef LiveFilter lf
         self.live = None
+        self.live_older = []
         self.live_epoch = ov.epoch
         self.live_top = top
         chain = []
@@ -811,31 +897,50 @@ cdef class Space:
             k = cur.key()
             if PyBytes_GET_SIZE(k) > C_KEY_PREFIX_BYTES and k[:2] == prefix:
                 self.live_from = _record_gen(k) + 1
+        lf = LiveFilter(0, self.live_from)
+        lf.hi = top
         for o in chain:
             for k in o._recs:  # deleted ones too: a key too many only costs a probe
                 if PyBytes_GET_SIZE(k) > C_KEY_PREFIX_BYTES and k[:2] == prefix and _record_gen(k) >= self.live_from:
-                    lf.add(self._record_key_hash(k))
+                    lf.add_at(self._record_key_hash(k), _record_gen(k))
+        self.live_pending = self._seed_pending(lf, ov)
+        self.live = lf
+        self.live_seeds += 1
+
+    cdef bint _seed_pending(self, LiveFilter lf, Overlay ov) except -1:
+        # Every unresolved record of the namespace into ``lf``, as the
+        # overlays over their snapshot hold them, unless there are too many:
+        # then False (the pending database is read instead).
+        cdef object base = ov
+        cdef Overlay o
+        cdef bytes k
+        cdef Py_ssize_t n = 0
+        cdef bytes prefix = self.prefix
+        cdef bint pend
+        chain = []
+        while type(base) is Overlay:
+            chain.append(base)
+            base = (<Overlay>base).snapshot
         # Every unresolved record of the namespace, unless there are too many
         # (the database's count, of every namespace, spares reading them to
         # find out).
-        self.live_pending = base.stat(self.pending)["entries"] <= LIVE_PENDING_MAX
+        pend = base.stat(self.pending)["entries"] <= LIVE_PENDING_MAX
         cur = base.cursor(db=self.pending)
-        if self.live_pending and cur.set_range(prefix):
+        if pend and cur.set_range(prefix):
             for k in cur.iternext(keys=True, values=False):
                 if k[:2] != prefix:
                     break
                 n += 1
                 if n > LIVE_PENDING_MAX:
-                    self.live_pending = False
+                    pend = False
                     break
                 lf.add(ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(k) + 2, PyBytes_GET_SIZE(k) - 2))
-        if self.live_pending:
+        if pend:
             for o in chain:
                 for k in o._pend:  # deleted ones too: a key too many only costs a probe
                     if PyBytes_GET_SIZE(k) > 2 and k[:2] == prefix:
                         lf.add(ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(k) + 2, PyBytes_GET_SIZE(k) - 2))
-        self.live = lf
-        self.live_seeds += 1
+        return pend
 
     cdef uint32_t _reach(self, object get, int64_t now, gen_state *gs) except? 0:
         """The generation probes start from, and new records go to, with the
@@ -1081,7 +1186,7 @@ cdef class Space:
         # unresolved, and those are not read at all.
         cdef LiveFilter live = self._live_for(txn, top) if write else None
         cdef uint64_t h = 0 if live is None else self._key_hash(key)
-        cdef bint absent = live is not None and not live.maybe(h)
+        cdef bint absent = live is not None and not self._live_maybe(h)
         # Writing, the pending database is not probed first: a key found in
         # no generation is put there with NOOVERWRITE as if absent (most
         # claims that reach a write are NEW), and only when that finds a
@@ -1170,6 +1275,7 @@ cdef class Space:
         cdef uint32_t found = UNRESOLVED_GEN
         cdef int rc
         cdef bytes stored
+        cdef LiveFilter live
         # The pending database first: a key is in one place in any snapshot,
         # and a completion almost always finds its record unresolved, so the
         # generations are probed only for a repeated completion.
@@ -1186,6 +1292,9 @@ cdef class Space:
         if found != UNRESOLVED_GEN:
             raise StoreFormatError("an unresolved record was found in a generation (store format violated)")
         stored = _encode(&nxt)
+        # The newest live filter takes the record's key: rolled first if
+        # ``top`` is a newer generation, so that it answers for ``top``.
+        live = self._live_for(txn, top) if type(txn) is Overlay else self.live
         if type(txn) is Overlay:
             # Known to be there (just read): no second read to find out.
             (<Overlay>txn)._write(2, ukey, None, False)
@@ -1194,8 +1303,8 @@ cdef class Space:
         kb = _new_key(self.prefix, key)  # never hashed: see _find
         _set_gen(kb, top)
         txn.put(kb, stored, False, True, False, self.records)
-        if self.live is not None:
-            self.live.add(self._key_hash(key))
+        if live is not None:
+            live.add_at(self._key_hash(key), top)
         if top > gs.newest:
             gs.newest = top
             self._write_state(txn, gs)

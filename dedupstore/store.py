@@ -1198,6 +1198,8 @@ class DedupStore:
                     start = _native.record_key(cfg.prefix, oldest, b"")
                     if cursor.set_range(start) and cursor.key().startswith(start):
                         lag_us = max(lag_us, now - due_at)
+        # The newest live filters and those kept for past generations.
+        live = [lf for sp in ns.spaces if sp.live is not None for lf in [sp.live, *sp.live_older]]
         return {
             "frontier": frontier / 1e6,
             "evicted": evicted,
@@ -1212,8 +1214,8 @@ class DedupStore:
                 # The live filters of the write-behind windows (docs/guarantees.md,
                 # "Filters"): LMDB reads they spared, keys and bytes they hold.
                 "live_reads_skipped": sum(sp.live_skips for sp in ns.spaces),
-                "live_keys": sum(sp.live.keys for sp in ns.spaces if sp.live is not None),
-                "live_bytes": sum(sp.live.nbytes for sp in ns.spaces if sp.live is not None),
+                "live_keys": sum(lf.keys for lf in live),
+                "live_bytes": sum(lf.nbytes for lf in live),
             },
             # How long the oldest generation has been fully past its horizon
             # and still present: 0 while eviction keeps up.

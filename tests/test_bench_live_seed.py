@@ -1,4 +1,4 @@
-"""benches/bench_live_seed.py: every size reseeds once per rep, the JSON has
+"""benches/bench_live_seed.py: every size rolls the filter once per rep, the JSON has
 the documented shape, and a size past LIVE_PENDING_MAX is not read into the
 filter. No timing is judged."""
 

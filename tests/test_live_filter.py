@@ -118,32 +118,91 @@ def test_a_reopened_store_seeds_from_what_lmdb_holds(tmp_path: Path, clock: list
         assert sp.live_from == sp.generation(int(clock[0] * 1e6)) + 1
 
 
-def test_a_new_generation_reseeds_and_keeps_every_verdict(tmp_path: Path, clock: list[float]) -> None:
+def gen_now(sp: _native.Space, clock: list[float]) -> int:
+    return sp.generation(int(clock[0] * 1e6))
+
+
+def test_a_new_generation_rolls_the_filter_and_the_old_one_answers_for_its_keys(
+    tmp_path: Path, clock: list[float]
+) -> None:
     with open_store(tmp_path / "s", clock) as store:
         done = {f"d{i}": store.claim(NS, f"d{i}").token for i in range(300)}
         for key, token in done.items():
             store.complete(NS, key, token, b"ok")
         for i in range(50):
             store.claim(NS, f"p{i}")
-        store.flush()  # applied: LMDB holds the old generation's records
         late = store.claim(NS, "late").token
         sp = store._live_namespace(NS).spaces[0]  # noqa: SLF001
-        before = sp.live.keys
+        g0 = gen_now(sp, clock)
+        assert sp.live_seeds == 1 and sp.live_rolls == 0 and sp.live_from <= g0
         clock[0] += 10.0  # the next generation
-        # Completed before any claim there: its record is the new
-        # generation's first, in the overlay only when the filter is seeded.
+        # Completed before any claim there: the completion rolls the filter,
+        # and the new one holds its record, the new generation's first.
         store.complete(NS, "late", late, b"late")
-        assert store.claim(NS, "fresh").status is Status.NEW
-        assert sp.live_seeds == 2
+        assert sp.live_seeds == 1 and sp.live_rolls == 1
+        assert [lf.lo for lf in sp.live_older] == [sp.live_from] and sp.live.lo == sp.live.hi == g0 + 1
+        assert sp.live_older[0].keys >= 350 and sp.live.keys == 51 + 1  # the unresolved ones again, then "late"
+        store.flush()  # applied: only LMDB holds the old generation's records now
+        assert store.claim(NS, "warm").status is Status.NEW  # reads the generation state once
+        snap = counting(store)
+        for i in range(100):
+            assert store.claim(NS, f"k{i}").status is Status.NEW
+        # Neither generation nor the pending database was read: a new seed
+        # would have read the old generation for every key.
+        assert snap.gets == 0
         assert store.claim(NS, "late").outcome == b"late"
-        # The new generation is the filter's; the old one, which LMDB holds
-        # records of, is read.
-        assert sp.live_from == sp.generation(int(clock[0] * 1e6))
-        assert sp.live.keys < before  # the completed keys of the old generation are left out
         for i in range(300):
             assert store.claim(NS, f"d{i}").status is Status.DUPLICATE
         for i in range(50):
             assert store.claim(NS, f"p{i}").status is Status.IN_PROGRESS
+
+        # Two generations on, the first is sealed and gets its filter: the
+        # filter kept for it is dropped, and that generation is probed
+        # through its sealed filter again.
+        clock[0] += 10.0
+        assert store.refresh_prefilter()["built"] >= 1 and g0 in sp.blooms
+        assert store.claim(NS, "fresh").status is Status.NEW
+        assert sp.live_rolls == 2 and sp.live_from == g0 + 1
+        assert [(lf.lo, lf.hi) for lf in sp.live_older] == [(g0 + 1, g0 + 1)]
+        for i in range(300):
+            assert store.claim(NS, f"d{i}").status is Status.DUPLICATE
+        for i in range(50):
+            assert store.claim(NS, f"p{i}").status is Status.IN_PROGRESS
+        for i in range(100):
+            assert store.claim(NS, f"k{i}").status is Status.IN_PROGRESS
+        assert store.claim(NS, "late").outcome == b"late"
+
+
+def test_filters_kept_for_unsealed_generations_are_bounded_and_forget_no_key(
+    tmp_path: Path, clock: list[float]
+) -> None:
+    # No sealed filter is ever built here: past LIVE_KEEP_MAX the oldest
+    # kept filter is dropped anyway, and its generations are read in LMDB.
+    with open_store(tmp_path / "s", clock) as store:
+        sp = store._live_namespace(NS).spaces[0]  # noqa: SLF001
+        keys: list[str] = []
+        for g in range(7):
+            for i in range(20):
+                key = f"g{g}.{i}"
+                res = store.claim(NS, key)
+                assert res.status is Status.NEW
+                if i % 2 == 0:
+                    store.complete(NS, key, res.token, key.encode())
+                keys.append(key)
+            assert len(sp.live_older) <= _native.LIVE_KEEP_MAX
+            clock[0] += 10.0
+        store.flush()
+        assert store.claim(NS, "last").status is Status.NEW
+        assert sp.live_rolls == 7 and len(sp.live_older) == _native.LIVE_KEEP_MAX
+        assert sp.live_from == sp.live_older[0].lo > 0
+        assert live(store)["live_keys"] == sum(lf.keys for lf in [sp.live, *sp.live_older])
+        for key in keys:
+            res = store.claim(NS, key)
+            i = int(key.split(".")[1])
+            if i % 2 == 0:
+                assert res.status is Status.DUPLICATE and res.outcome == key.encode()
+            else:
+                assert res.status is Status.IN_PROGRESS
 
 
 def test_too_many_unresolved_records_are_read_instead(
