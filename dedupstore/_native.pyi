@@ -244,3 +244,25 @@ class GroupSync:
     def switch(self, fd: int, base: int) -> None: ...
     def state(self) -> tuple[int, int, int, float]: ...
     def stop(self) -> None: ...
+
+def bind_window(module_globals: dict[str, Any]) -> None: ...
+@disjoint_base
+class WindowCore:
+    lock: Any
+    applying: Any
+    failed: BaseException | None
+    _broken: bool
+    active: bool
+    _calls_apply: bool
+    overlay: Overlay | None
+    _log: LogFile | None
+    _journal: Any
+    _index: int
+    _records: int
+    _size: int
+    logged_bytes: int
+    _apply_s: float
+    _apply_at: float
+    _last_call: float
+    def run(self, op: Callable[[Any], Any], sync: bool = True) -> Any: ...
+    def apply_if_due(self) -> None: ...

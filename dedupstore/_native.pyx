@@ -1906,3 +1906,4 @@ cdef class Overlay:
             self._ob, self._ocap = NULL, 0
 
 include "_gsync.pxi"
+include "_wcore.pxi"

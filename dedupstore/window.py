@@ -327,7 +327,7 @@ def _unlink(path: Path) -> None:
         path.unlink()
 
 
-class Window:
+class Window(_native.WindowCore):
     """One partition's write-behind window in this process (``journal``: a
     sync-mode one, whose calls are journaled).
 
@@ -351,8 +351,8 @@ class Window:
         self.applying = threading.Lock()
         self._broken = False  # a log write failed: close at the next chance
         self.active = False
-        self.overlay: _native.Overlay | None = None
-        self.failed: BaseException | None = None
+        self.overlay = None
+        self.failed = None
         self._env = env
         self._dbs = dbs
         self._dir = root / WLOG_DIR
@@ -425,71 +425,11 @@ class Window:
             "beside_commits": self.beside_commits, "logged_bytes": self.logged_bytes, "mapped_records": mapped,
         }
 
-    def run(self, op: Callable[[Any], Any], sync: bool = True) -> Any:
-        """``op(overlay)`` under the window, its writes logged before it
-        returns; :data:`CLOSED` when no window could be opened (another
-        process writes the partition): then nothing ran. Sync mode: the
-        journal is fdatasynced up to the call's record (and whatever its
-        verdict may rest on) before this returns; ``sync=False`` leaves that
-        to the caller (:meth:`Journal.sync` of :meth:`Journal.mark`)."""
-        mark = None
-        with self.lock:
-            if self.failed is not None:
-                raise self.failed
-            if self._broken or (not self.active and not self._open()):
-                return CLOSED
-            ov = self.overlay
-            assert ov is not None and self._log is not None
-            try:
-                result = op(ov)
-            except BaseException:
-                ov.rollback()
-                raise
-            try:
-                if self._journal is None:
-                    n = ov.log(self._log, self._index, self._records, self._size)
-                else:
-                    n, mark = self._journal.log_window(ov, self._index, self._label)
-            except OSError as exc:
-                self._log_failed(exc)
-                return CLOSED
-            if n:
-                if self._journal is None:
-                    self._size += n
-                self._records += 1
-                self.logged_bytes += n
-                # A full overlay is applied at once, unless an apply is
-                # running already (it holds ``applying``; waiting for it here
-                # would invert the lock order): then the next one takes it.
-                if len(ov) >= MAX_PENDING and self.applying.acquire(blocking=False):
-                    try:
-                        self._apply()
-                    finally:
-                        self.applying.release()
-        if mark is not None and sync:
-            self._journal.sync(mark)  # type: ignore[union-attr]
-        if sync:
-            self.apply_if_due()
-        return result
+    # run() and apply_if_due(), every call's path, are WindowCore's
+    # (dedupstore/_wcore.pxi); apply_if_due hands the apply itself here.
 
-    def apply_if_due(self) -> None:
-        """After a flush-mode call: apply the overlay if it is due and the
-        window busy, in the caller's thread.
-
-        The flusher's tick applies an idle window's (no call for
-        :data:`BUSY_S`): there it costs no call anything. A background apply
-        of a busy window needs the GIL back after each of its LMDB calls, and
-        every GIL release of the caller then woke the waiting flusher in vain
-        (a futex wake each) until the interpreter's switch interval forced a
-        hand-over (docs/benchmarks.md)."""
-        if not self._calls_apply:
-            return
-        now = time.monotonic()
-        busy = now - self._last_call < BUSY_S
-        self._last_call = now
-        if not busy or now < self._apply_at:
-            return
-        self._apply_at = now + self._apply_s
+    def _apply_due(self) -> None:
+        """apply_if_due's apply: the overlay is due and the window busy."""
         if not self.applying.acquire(blocking=False):
             return  # being applied already
         try:
@@ -895,3 +835,6 @@ def _discard(path: Path, seg: _native.LogFile | None) -> None:
 
 class _NotNow(Exception):
     """Another writer appeared between the two checks of :meth:`Window._open`."""
+
+
+_native.bind_window(globals())

@@ -1,0 +1,114 @@
+# Included at the end of _native.pyx: the per-call path of a write-behind
+# window (dedupstore/window.py's Window, which subclasses WindowCore). Every
+# call the window takes goes through run(), and most of what run() did in
+# Python was bookkeeping around one native op: here it is one C function,
+# which hands the rare cases (opening the window, a failed log write, a full
+# overlay, an apply that is due) back to the Python methods.
+
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
+
+
+cdef inline double _monotonic():
+    # time.monotonic() (the same clock on Linux), without the call.
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec + ts.tv_nsec * 1e-9
+
+
+#: dedupstore/window.py's globals (bind_window): CLOSED, MAX_PENDING and
+#: BUSY_S are read there at each call, as the module's own code would.
+cdef dict _wglobals = None
+
+
+def bind_window(dict module_globals) -> None:
+    """Called once by dedupstore/window.py with its globals()."""
+    global _wglobals
+    _wglobals = module_globals
+
+
+cdef class WindowCore:
+    """The state run() and apply_if_due() touch, and those two methods.
+    The attributes are the Window's own (dedupstore/window.py documents
+    them); the subclass keeps every other one in its __dict__."""
+
+    cdef public object lock, applying, failed
+    cdef public bint _broken, active, _calls_apply
+    cdef public Overlay overlay
+    cdef public object _log, _journal
+    cdef public uint16_t _index
+    cdef public uint64_t _records, _size, logged_bytes
+    cdef public double _apply_s, _apply_at, _last_call
+
+    def run(self, op, bint sync=True):
+        """``op(overlay)`` under the window, its writes logged before it
+        returns; window.CLOSED when no window could be opened
+        (another process writes the partition): then nothing ran. Sync mode:
+        the journal is fdatasynced up to the call's record (and whatever its
+        verdict may rest on) before this returns; ``sync=False`` leaves that
+        to the caller (Journal.sync of Journal.mark)."""
+        cdef object result, mark = None
+        cdef object n
+        cdef Overlay ov
+        cdef object lock = self.lock
+        lock.acquire()
+        try:
+            if self.failed is not None:
+                raise self.failed
+            if self._broken or (not self.active and not self._open()):
+                return _wglobals["CLOSED"]
+            ov = self.overlay
+            try:
+                result = op(ov)
+            except BaseException:
+                ov.rollback()
+                raise
+            try:
+                if self._journal is None:
+                    n = ov.log(self._log, self._index, self._records, self._size)
+                else:
+                    n, mark = self._journal.log_window(ov, self._index, self._label)
+            except OSError as exc:
+                self._log_failed(exc)
+                return _wglobals["CLOSED"]
+            if n:
+                if self._journal is None:
+                    self._size += n
+                self._records += 1
+                self.logged_bytes += n
+                # A full overlay is applied at once, unless an apply is
+                # running already (it holds ``applying``; waiting for it here
+                # would invert the lock order): then the next one takes it.
+                if len(ov) >= _wglobals["MAX_PENDING"] and self.applying.acquire(False):
+                    try:
+                        self._apply()
+                    finally:
+                        self.applying.release()
+        finally:
+            lock.release()
+        if mark is not None and sync:
+            self._journal.sync(mark)
+        if sync and self._calls_apply:
+            self.apply_if_due()
+        return result
+
+    def apply_if_due(self):
+        """After a flush-mode call: apply the overlay if it is due and the
+        window busy, in the caller's thread.
+
+        The flusher's tick applies an idle window's (no call for BUSY_S):
+        there it costs no call anything. A background apply of a busy window
+        needs the GIL back after each of its LMDB calls, and every GIL
+        release of the caller then woke the waiting flusher in vain (a futex
+        wake each) until the interpreter's switch interval forced a
+        hand-over (docs/benchmarks.md)."""
+        cdef double now
+        cdef bint busy
+        if not self._calls_apply:
+            return
+        now = _monotonic()
+        busy = now - self._last_call < <double>_wglobals["BUSY_S"]
+        self._last_call = now
+        if not busy or now < self._apply_at:
+            return
+        self._apply_at = now + self._apply_s
+        self._apply_due()
