@@ -266,3 +266,21 @@ class WindowCore:
     _last_call: float
     def run(self, op: Callable[[Any], Any], sync: bool = True) -> Any: ...
     def apply_if_due(self) -> None: ...
+
+BATCH_CLAIM: int
+BATCH_COMPLETE: int
+BATCH_RELEASE: int
+def write_windows(
+    windows: list[Any],
+    spaces: list[Space],
+    groups: dict[int, list[int]],
+    kind: int,
+    keys: list[bytes],
+    a: list[Any],
+    b: list[Any] | None,
+    now: int,
+    lease: int,
+    event_times: list[int | None] | None,
+    claimant: bytes | None,
+    results: list[Any],
+) -> tuple[list[int], BaseException | None]: ...

@@ -1346,6 +1346,11 @@ def claim_batch(Space space, list order, list keys, list digests, int64_t now, i
     rest takes it positionally), storing each verdict tuple at
     ``results[i]``; with ``write`` false, indexes that need a write are left
     as None and returned."""
+    return _claim_batch(space, order, keys, digests, now, lease, event_times, claimant, results, write, txn)
+
+
+cdef list _claim_batch(Space space, list order, list keys, list digests, int64_t now, int64_t lease,
+                       list event_times, object claimant, list results, bint write, object txn):
     cdef list todo = []
     cdef set deferred = set()
     cdef Py_ssize_t i
@@ -1451,6 +1456,11 @@ def complete_batch(Space space, list order, list keys, list tokens, list outcome
     """Run completions ``order``, all of keys in ``space``, in one
     transaction (last, as for :func:`claim_batch`); ``results[i]`` gets (op
     code, raw record, generation)."""
+    _complete_batch(space, order, keys, tokens, outcomes, now, results, txn)
+
+
+cdef int _complete_batch(Space space, list order, list keys, list tokens, list outcomes, int64_t now,
+                         list results, object txn) except -1:
     cdef Py_ssize_t i
     cdef object get = txn.get
     cdef gen_state gs
@@ -1458,14 +1468,21 @@ def complete_batch(Space space, list order, list keys, list tokens, list outcome
     cdef uint32_t top = space._reach(get, now, &gs)
     for i in order:
         results[i] = space._complete(txn, get, keys[i], tokens[i], outcomes[i], now, top, &gs)
+    return 0
 
 
 def release_batch(Space space, list order, list keys, list tokens, int64_t now, list results, txn):
     """Run releases ``order``, all of keys in ``space``, in one transaction
     (last, as for :func:`claim_batch`); ``results[i]`` gets the op code."""
+    _release_batch(space, order, keys, tokens, now, results, txn)
+
+
+cdef int _release_batch(Space space, list order, list keys, list tokens, int64_t now, list results,
+                        object txn) except -1:
     cdef Py_ssize_t i
     for i in order:
         results[i] = space.release(txn, keys[i], tokens[i], now)
+    return 0
 
 
 

@@ -41,27 +41,49 @@ cdef class WindowCore:
 
     def run(self, op, bint sync=True):
         """``op(overlay)`` under the window, its writes logged before it
-        returns; window.CLOSED when no window could be opened
-        (another process writes the partition): then nothing ran. Sync mode:
-        the journal is fdatasynced up to the call's record (and whatever its
+        returns; window.CLOSED when no window could be opened (another
+        process writes the partition): then nothing ran. Sync mode: the
+        journal is fdatasynced up to the call's record (and whatever its
         verdict may rest on) before this returns; ``sync=False`` leaves that
         to the caller (Journal.sync of Journal.mark)."""
-        cdef object result, mark = None
-        cdef object n
-        cdef Overlay ov
-        cdef object lock = self.lock
-        lock.acquire()
+        cdef object result
+        cdef Overlay ov = self._enter()
+        if ov is None:
+            return _wglobals["CLOSED"]
+        try:
+            result = op(ov)
+        except BaseException:
+            try:
+                ov.rollback()
+            finally:
+                self.lock.release()
+            raise
+        if not self._leave(ov, sync):
+            return _wglobals["CLOSED"]
+        return result
+
+    cdef Overlay _enter(self):
+        # The overlay, with self.lock held for the call's op; None (the
+        # lock not held) when no window could be opened.
+        self.lock.acquire()
         try:
             if self.failed is not None:
                 raise self.failed
             if self._broken or (not self.active and not self._open()):
-                return _wglobals["CLOSED"]
-            ov = self.overlay
-            try:
-                result = op(ov)
-            except BaseException:
-                ov.rollback()
-                raise
+                self.lock.release()
+                return None
+        except BaseException:
+            self.lock.release()
+            raise
+        return self.overlay
+
+    cdef bint _leave(self, Overlay ov, bint sync) except -1:
+        # After the op that _enter let run: log its writes and release the
+        # lock, then sync (sync mode) or apply if due (flush mode). False: the
+        # log write failed, the op was undone and the window is being given
+        # up; the caller takes the ordinary path.
+        cdef object n, mark = None
+        try:
             try:
                 if self._journal is None:
                     n = ov.log(self._log, self._index, self._records, self._size)
@@ -69,7 +91,7 @@ cdef class WindowCore:
                     n, mark = self._journal.log_window(ov, self._index, self._label)
             except OSError as exc:
                 self._log_failed(exc)
-                return _wglobals["CLOSED"]
+                return False
             if n:
                 if self._journal is None:
                     self._size += n
@@ -84,12 +106,12 @@ cdef class WindowCore:
                     finally:
                         self.applying.release()
         finally:
-            lock.release()
+            self.lock.release()
         if mark is not None and sync:
             self._journal.sync(mark)
         if sync and self._calls_apply:
             self.apply_if_due()
-        return result
+        return True
 
     def apply_if_due(self):
         """After a flush-mode call: apply the overlay if it is due and the
@@ -112,3 +134,61 @@ cdef class WindowCore:
             return
         self._apply_at = now + self._apply_s
         self._apply_due()
+
+
+#: What write_windows runs in each partition's window.
+cdef enum:
+    C_BATCH_CLAIM = 0
+    C_BATCH_COMPLETE = 1
+    C_BATCH_RELEASE = 2
+BATCH_CLAIM, BATCH_COMPLETE, BATCH_RELEASE = C_BATCH_CLAIM, C_BATCH_COMPLETE, C_BATCH_RELEASE
+
+
+def write_windows(list windows, list spaces, dict groups, int kind, list keys, object a, object b,
+                  int64_t now, int64_t lease, object event_times, object claimant, list results):
+    """A batch's partitions in their write-behind windows, flush mode, one
+    after another, as the store's Window.run of claim_batch (``kind``
+    BATCH_CLAIM: ``a`` the digests), complete_batch (BATCH_COMPLETE: ``a``
+    the tokens, ``b`` the outcomes) or release_batch (BATCH_RELEASE: ``a``
+    the tokens) would run them; ``groups`` maps each partition to its
+    indexes, ``windows[p]`` is partition p's WindowCore (None: it has none).
+    Every partition is tried even if one fails. Returns (the partitions whose
+    window could not take the call, to run by the ordinary path; the first
+    error, or None)."""
+    cdef list left = []
+    cdef object first = None
+    cdef object w
+    cdef WindowCore wc
+    cdef Overlay ov
+    cdef Space space
+    for p, order in groups.items():
+        w = windows[p]
+        if w is None:
+            left.append(p)
+            continue
+        wc = <WindowCore?>w
+        space = <Space?>spaces[p]
+        try:
+            ov = wc._enter()
+            if ov is None:
+                left.append(p)
+                continue
+            try:
+                if kind == C_BATCH_CLAIM:
+                    _claim_batch(space, order, keys, a, now, lease, event_times, claimant, results, True, ov)
+                elif kind == C_BATCH_COMPLETE:
+                    _complete_batch(space, order, keys, a, b, now, results, ov)
+                else:
+                    _release_batch(space, order, keys, a, now, results, ov)
+            except BaseException:
+                try:
+                    ov.rollback()
+                finally:
+                    wc.lock.release()
+                raise
+            if not wc._leave(ov, True):
+                left.append(p)
+        except BaseException as exc:
+            if first is None:
+                first = exc
+    return left, first

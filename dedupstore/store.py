@@ -201,6 +201,20 @@ def _settled(txn: Any) -> None:
     return None
 
 
+def _batch_op(
+    kind: int, space: _native.Space, order: list[int], kbs: list[bytes], a: list[Any], b: list[Any] | None,
+    now: int, lease_us: int, ets: list[int | None] | None, cl: bytes | None, results: list[Any],
+) -> Callable[[Any], Any]:
+    """DedupStore._write_batch's op for one partition: the batch function of
+    ``kind`` over its indexes ``order``, taking the transaction."""
+    if kind == _native.BATCH_CLAIM:
+        return partial(_claim_batch, space, order, kbs, a, now, lease_us, ets, cl, results, True)
+    if kind == _native.BATCH_COMPLETE:
+        assert b is not None
+        return partial(_complete_batch, space, order, kbs, a, b, now, results)
+    return partial(_release_batch, space, order, kbs, a, now, results)
+
+
 def _lease_us(value: object) -> int:
     return int(parse_duration(value, what="lease", minimum=MIN_LEASE_S, maximum=MAX_LEASE_S) * 1_000_000)
 
@@ -515,6 +529,11 @@ class DedupStore:
             self._meta.close()
             raise
         self._nparts = len(self._parts)
+        #: flush mode: each partition's write-behind window (None: it has
+        #: none), for the batch calls' windowed path in C (_write_batch).
+        self._windows: list[Window | None] | None = (
+            [p.window for p in self._parts] if self._journal is None else None
+        )
         #: sync mode: single-key writes to any partition share one leader and
         #: one journal fdatasync (claim_many does so per call already).
         self._committer: StoreCommitter | None = None
@@ -891,13 +910,7 @@ class DedupStore:
         # something, and a partition whose keys all turn out to be duplicates
         # commits nothing, so pays no fsync. A read-only pass first would probe
         # every key twice.
-        self._write_partitions([
-            (
-                self._parts[p],
-                partial(_claim_batch, ns.spaces[p], order, kbs, digests, now, lease_us, ets, cl, results, True),
-            )
-            for p, order in groups.items()
-        ])
+        self._write_batch(_native.BATCH_CLAIM, ns, groups, kbs, digests, None, now, lease_us, ets, cl, results)
         self._tally(results)
         statuses, tokens, retry = _native.batch_columns(results, STATUS_BY_CODE, LEASED_CODES)
         result = self._result
@@ -916,6 +929,36 @@ class DedupStore:
         if self._committer is None:
             return part.committer.run(op)
         return self._committer.run_in(part.committer, op)
+
+    def _write_batch(
+        self, kind: int, ns: _Namespace, groups: dict[int, list[int]], kbs: list[bytes], a: list[Any],
+        b: list[Any] | None, now: int, lease_us: int, ets: list[int | None] | None, cl: bytes | None,
+        results: list[Any],
+    ) -> None:
+        """A batch call's writes: ``kind`` (_native.BATCH_*: claim_batch with
+        ``a`` the digests, complete_batch with ``a`` the tokens and ``b`` the
+        outcomes, or release_batch with ``a`` the tokens) of the keys of each
+        partition in ``groups``, by _write_partitions. Flush mode runs them in
+        the partitions' write-behind windows in C (_native.write_windows),
+        and only the partitions whose window could not take the call by
+        _write_partitions. Every partition is written even if one fails; the
+        first error is raised."""
+        if self._windows is not None:
+            left, first = _native.write_windows(
+                self._windows, ns.spaces, groups, kind, kbs, a, b, now, lease_us, ets, cl, results
+            )
+        else:
+            left, first = list(groups), None
+        if left:
+            args = (kbs, a, b, now, lease_us, ets, cl, results)
+            try:
+                self._write_partitions(
+                    [(self._parts[p], _batch_op(kind, ns.spaces[p], groups[p], *args)) for p in left]
+                )
+            except BaseException as exc:
+                first = first or exc
+        if first is not None:
+            raise first
 
     def _write_partitions(self, writes: Sequence[tuple[_Partition, Callable[[Any], Any]]]) -> None:
         """Run one write op per partition, each in that partition's group
@@ -1044,12 +1087,7 @@ class DedupStore:
         assert outs is not None
         now = self._now_us()
         results: list[Any] = [None] * len(items)
-        self._write_partitions(
-            [
-                (self._parts[p], partial(_complete_batch, ns.spaces[p], order, kbs, toks, outs, now, results))
-                for p, order in groups.items()
-            ]
-        )
+        self._write_batch(_native.BATCH_COMPLETE, ns, groups, kbs, toks, outs, now, 0, None, None, results)
         return self._lease_errors(namespace, kbs, toks, [res[0] for res in results])
 
     def release_many(self, namespace: str, items: Sequence[tuple[bytes | str, int]]) -> list[LeaseLostError | None]:
@@ -1058,12 +1096,7 @@ class DedupStore:
         ns, kbs, toks, _, groups = self._fan_out(namespace, items, "release_many", False)
         now = self._now_us()
         results: list[Any] = [None] * len(items)
-        self._write_partitions(
-            [
-                (self._parts[p], partial(_release_batch, ns.spaces[p], order, kbs, toks, now, results))
-                for p, order in groups.items()
-            ]
-        )
+        self._write_batch(_native.BATCH_RELEASE, ns, groups, kbs, toks, None, now, 0, None, None, results)
         return self._lease_errors(namespace, kbs, toks, results)
 
     def release(self, namespace: str, key: bytes | str, token: int) -> None:

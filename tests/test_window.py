@@ -22,7 +22,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dedupstore import DedupStore, InvalidDurationError, RecordState, Status, StoreFormatError, _native, window
+from dedupstore import (
+    DedupStore,
+    InvalidDurationError,
+    RecordState,
+    Status,
+    StoreFormatError,
+    StoreFullError,
+    _native,
+    window,
+)
 from dedupstore.journal import decode, encode
 from dedupstore.verify import verify_store
 
@@ -538,6 +547,56 @@ def test_a_failed_log_write_is_not_acknowledged_and_the_call_goes_the_ordinary_w
         assert s.claim("n", "before").status is Status.IN_PROGRESS
     with DedupStore.open(tmp_path / "s", durability="flush") as s:
         assert s.lookup("n", "during") is not None and s.lookup("n", "before") is not None
+
+
+def test_a_failed_log_write_in_a_batch_call_goes_the_ordinary_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As above, through claim_many, complete_many and release_many, whose
+    # windowed path is _native.write_windows.
+    monkeypatch.setattr(window, "MAP_BYTES", 0)
+    with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
+        s.ensure_namespace("n")
+        done = s.claim_many("n", ["a", "b"])
+        win = s._parts[0].window
+        assert win is not None and win.active and win._log is not None
+        full = os.open("/dev/full", os.O_WRONLY)
+        os.dup2(full, win._log.fd)
+        os.close(full)
+        got = s.claim_many("n", ["c", "d"])
+        assert got.statuses == [Status.NEW, Status.NEW] and not win.active  # committed directly instead
+        assert s.claim_many("n", ["c", "d"]).statuses == [Status.IN_PROGRESS] * 2
+        assert s.complete_many("n", [("a", done.tokens[0], b"A"), ("c", got.tokens[0], b"C")]) == [None, None]
+        assert s.release_many("n", [("b", done.tokens[1])]) == [None]
+    with DedupStore.open(tmp_path / "s", durability="flush") as s:
+        assert [r.status for r in s.claim_many("n", ["a", "b", "c", "d"])] == [
+            Status.DUPLICATE, Status.NEW, Status.DUPLICATE, Status.IN_PROGRESS
+        ]
+        assert s.lookup("n", "a").outcome == b"A"  # type: ignore[union-attr]
+
+
+def test_a_batch_call_writes_every_partition_when_one_fails(tmp_path: Path) -> None:
+    with DedupStore.open(tmp_path / "s", durability="flush", partitions=2, apply_interval=1.0) as s:
+        s.ensure_namespace("n")
+        keys = [f"k{i}" for i in range(20)]
+        s.claim_many("n", ["w"])  # a window open in the partition of "w"
+        ns = s._live_namespace("n")  # noqa: SLF001
+        parts = [s._hasher.route(ns.prefix, k.encode(), 2) for k in keys]  # noqa: SLF001
+        assert set(parts) == {0, 1}
+        # The failing partition first: the batch goes on past it.
+        order = sorted(range(len(keys)), key=lambda i: parts[i])
+        keys, parts = [keys[i] for i in order], [parts[i] for i in order]
+        broken = s._parts[0].window  # noqa: SLF001
+        assert broken is not None
+        broken.failed = StoreFullError("partition 0 is full (test)")
+        try:
+            with pytest.raises(StoreFullError, match="partition 0 is full"):
+                s.claim_many("n", keys)
+        finally:
+            broken.failed = None
+        # Partition 1's keys were claimed, partition 0's not.
+        statuses = s.claim_many("n", keys).statuses
+        assert statuses == [Status.NEW if p == 0 else Status.IN_PROGRESS for p in parts]
 
 
 def test_an_orphan_segment_is_collected_at_open(tmp_path: Path) -> None:
