@@ -1408,9 +1408,12 @@ def times_us(object values, object slow):
     return out
 
 
-def batch_columns(list results, tuple status_by_code, tuple leased):
+def batch_columns(list results, tuple status_by_code, tuple leased, list counts=None):
     """(statuses, tokens, retry_after seconds) of a batch's verdict tuples,
-    in one pass: the columns ``claim_many``'s BatchResult holds."""
+    in one pass: the columns ``claim_many``'s BatchResult holds; with
+    ``counts``, :func:`tally` of them first."""
+    if counts is not None:
+        _tally(results, counts)
     cdef Py_ssize_t i, n = len(results)
     cdef list statuses = [None] * n
     cdef list tokens = [None] * n
@@ -1434,6 +1437,10 @@ def tally(rows, list counts):
     event id at ``counts[-2]`` and duplicates of the same event at
     ``counts[-1]``. Runs with the GIL held and calls no Python code, so no
     other thread sees the counts half-updated."""
+    _tally(rows, counts)
+
+
+cdef int _tally(object rows, list counts) except -1:
     cdef long other = 0, same = 0
     cdef tuple res
     cdef int code
@@ -1449,6 +1456,19 @@ def tally(rows, list counts):
             same += 1
     counts[n - 2] += other
     counts[n - 1] += same
+    return 0
+
+
+def all_applied(list results, bint rows=True):
+    """Whether every one of a batch's results is OP_APPLY or OP_NOOP: each
+    the op code (``rows`` false) or a tuple that starts with it."""
+    cdef object r
+    cdef int code
+    for r in results:
+        code = (<tuple>r)[0] if rows else r
+        if code != DS_OP_APPLY and code != DS_OP_NOOP:
+            return False
+    return True
 
 
 def complete_batch(Space space, list order, list keys, list tokens, list outcomes, int64_t now,

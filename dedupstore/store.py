@@ -911,12 +911,11 @@ class DedupStore:
         # commits nothing, so pays no fsync. A read-only pass first would probe
         # every key twice.
         self._write_batch(_native.BATCH_CLAIM, ns, groups, kbs, digests, None, now, lease_us, ets, cl, results)
-        self._tally(results)
-        statuses, tokens, retry = _native.batch_columns(results, STATUS_BY_CODE, LEASED_CODES)
+        # Tallied as the columns are made (see _tally).
+        statuses, tokens, retry = _native.batch_columns(results, STATUS_BY_CODE, LEASED_CODES, self._counts)
         result = self._result
-        return BatchResult(
-            statuses=statuses, tokens=tokens, retry_after=retry,
-            make=lambda i: result(results[i], namespace, kbs[i], results[i][6], now),
+        return BatchResult.of_columns(
+            statuses, tokens, retry, lambda i: result(results[i], namespace, kbs[i], results[i][6], now)
         )
 
     def _commit(self, part: _Partition, op: Callable[[Any], Any]) -> Any:
@@ -1088,6 +1087,8 @@ class DedupStore:
         now = self._now_us()
         results: list[Any] = [None] * len(items)
         self._write_batch(_native.BATCH_COMPLETE, ns, groups, kbs, toks, outs, now, 0, None, None, results)
+        if _native.all_applied(results):
+            return [None] * len(results)
         return self._lease_errors(namespace, kbs, toks, [res[0] for res in results])
 
     def release_many(self, namespace: str, items: Sequence[tuple[bytes | str, int]]) -> list[LeaseLostError | None]:
@@ -1097,6 +1098,8 @@ class DedupStore:
         now = self._now_us()
         results: list[Any] = [None] * len(items)
         self._write_batch(_native.BATCH_RELEASE, ns, groups, kbs, toks, None, now, 0, None, None, results)
+        if _native.all_applied(results, False):
+            return [None] * len(results)
         return self._lease_errors(namespace, kbs, toks, results)
 
     def release(self, namespace: str, key: bytes | str, token: int) -> None:

@@ -232,6 +232,24 @@ class BatchResult(Sequence[ClaimResult]):
             self._tokens = tokens
             self._retry = retry_after
 
+    @classmethod
+    def of_columns(
+        cls,
+        statuses: list[Status],
+        tokens: list[int | None],
+        retry_after: list[float | None],
+        make: Callable[[int], ClaimResult],
+    ) -> BatchResult:
+        """``BatchResult(statuses=..., tokens=..., retry_after=..., make=...)``
+        without the keyword handling: the store's claim_many, on every call."""
+        self = cls.__new__(cls)
+        self._results = [None] * len(statuses)
+        self._make = make
+        self._statuses = statuses
+        self._tokens = tokens
+        self._retry = retry_after
+        return self
+
     def __len__(self) -> int:
         return len(self._statuses)
 

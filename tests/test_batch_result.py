@@ -7,7 +7,7 @@ import pytest
 from dedupstore import BatchResult, ClaimResult, DedupStore, Status
 
 
-def _lazy(n: int, built: list[int]) -> BatchResult:
+def _lazy(n: int, built: list[int], of_columns: bool = False) -> BatchResult:
     statuses = [Status.NEW if i % 2 == 0 else Status.DUPLICATE for i in range(n)]
     tokens: list[int | None] = [i + 100 if i % 2 == 0 else None for i in range(n)]
 
@@ -15,12 +15,15 @@ def _lazy(n: int, built: list[int]) -> BatchResult:
         built.append(i)
         return ClaimResult.from_record(statuses[i], tokens[i], None, "ns", f"k{i}".encode(), None)
 
+    if of_columns:  # claim_many's constructor
+        return BatchResult.of_columns(statuses, tokens, [None] * n, make)
     return BatchResult(statuses=statuses, tokens=tokens, retry_after=[None] * n, make=make)
 
 
-def test_columns_and_counts_build_no_results() -> None:
+@pytest.mark.parametrize("of_columns", [False, True])
+def test_columns_and_counts_build_no_results(of_columns: bool) -> None:
     built: list[int] = []
-    b = _lazy(5, built)
+    b = _lazy(5, built, of_columns)
     assert len(b) == 5
     assert b.counts()[Status.NEW] == 3 and b.counts()[Status.DUPLICATE] == 2
     assert b.tokens == [100, None, 102, None, 104]
@@ -28,9 +31,10 @@ def test_columns_and_counts_build_no_results() -> None:
     assert built == []
 
 
-def test_items_are_built_once_on_access_with_python_indexing() -> None:
+@pytest.mark.parametrize("of_columns", [False, True])
+def test_items_are_built_once_on_access_with_python_indexing(of_columns: bool) -> None:
     built: list[int] = []
-    b = _lazy(5, built)
+    b = _lazy(5, built, of_columns)
     assert b[-1].key == b"k4" and b[-1] is b[4]
     assert [r.key for r in b[1:4:2]] == [b"k1", b"k3"]
     assert [r.token for r in b] == b.tokens
