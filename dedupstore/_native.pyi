@@ -285,3 +285,15 @@ def write_windows(
     claimant: bytes | None,
     results: list[Any],
 ) -> tuple[list[int], BaseException | None]: ...
+def time_us(value: object, slow: Callable[[object, str], int]) -> int: ...
+def claim_in(
+    window: WindowCore,
+    space: Space,
+    key: bytes,
+    digest: bytes | None,
+    now: int,
+    lease: int,
+    event_time: int,
+    claimant: bytes | None,
+    event_id: bytes | None,
+) -> Any: ...

@@ -1163,6 +1163,10 @@ cdef class Space:
         the verdict needs a write (the caller retries in a write transaction).
         ``generation`` is where the record lives: UNRESOLVED_GEN for one that
         is not completed, which is where a NEW record goes."""
+        return self._claim_one(txn, key, digest, now, lease, event_time, claimant, event_id, write)
+
+    cdef object _claim_one(self, object txn, bytes key, object digest, int64_t now, int64_t lease,
+                           int64_t event_time, object claimant, object event_id, bint write):
         cdef gen_state gs
         cdef object get = txn.get
         cdef int64_t frontier = NO_FRONTIER
@@ -1385,27 +1389,29 @@ def times_us(object values, object slow):
     anything else (a datetime, a value to refuse) by ``slow(value,
     "event_time")``, whose answer or error is the caller's."""
     cdef list out = []
+    for t in values:
+        out.append(None if t is None else _time_us(t, slow))
+    return out
+
+
+def time_us(object value, object slow):
+    """One value (not None) as :func:`times_us` converts each."""
+    return _time_us(value, slow)
+
+
+cdef object _time_us(object t, object slow):
     cdef double d
     cdef int overflow = 0
     cdef long long v
-    for t in values:
-        if t is None:
-            out.append(None)
-        elif type(t) is float:
-            d = t
-            if -1e11 < d < 1e11:  # NaN fails this
-                out.append(<int64_t>(d * 1000000.0))
-            else:
-                out.append(slow(t, "event_time"))
-        elif type(t) is int:
-            v = PyLong_AsLongLongAndOverflow(t, &overflow)
-            if not overflow and -100000000000 < v < 100000000000:
-                out.append(v * 1000000)
-            else:
-                out.append(slow(t, "event_time"))
-        else:
-            out.append(slow(t, "event_time"))
-    return out
+    if type(t) is float:
+        d = t
+        if -1e11 < d < 1e11:  # NaN fails this
+            return <int64_t>(d * 1000000.0)
+    elif type(t) is int:
+        v = PyLong_AsLongLongAndOverflow(t, &overflow)
+        if not overflow and -100000000000 < v < 100000000000:
+            return v * 1000000
+    return slow(t, "event_time")
 
 
 def batch_columns(list results, tuple status_by_code, tuple leased, list counts=None):

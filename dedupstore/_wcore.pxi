@@ -192,3 +192,26 @@ def write_windows(list windows, list spaces, dict groups, int kind, list keys, o
             if first is None:
                 first = exc
     return left, first
+
+
+def claim_in(object window, Space space, bytes key, object digest, int64_t now, int64_t lease,
+             int64_t event_time, object claimant, object event_id):
+    """``space.claim(overlay, ..., write=True)`` of one key under partition's
+    write-behind ``window`` (a WindowCore), as its run() of that claim
+    would: the verdict tuple, or window.CLOSED (nothing ran)."""
+    cdef WindowCore wc = <WindowCore?>window
+    cdef Overlay ov = wc._enter()
+    cdef object res
+    if ov is None:
+        return _wglobals["CLOSED"]
+    try:
+        res = space._claim_one(ov, key, digest, now, lease, event_time, claimant, event_id, True)
+    except BaseException:
+        try:
+            ov.rollback()
+        finally:
+            wc.lock.release()
+        raise
+    if not wc._leave(ov, True):
+        return _wglobals["CLOSED"]
+    return res

@@ -170,8 +170,10 @@ def _time_us(value: object, what: str) -> int:
         return int(value.timestamp() * 1_000_000)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidInputError(f"{what} must be seconds since the epoch or an aware datetime; got {value!r}")
-    # _native.times_us (claim_many's event_times) applies the same bound to
-    # floats and ints itself: change both (test_limits holds them together).
+    # _native.time_us and times_us (claim's event_time, claim_many's
+    # event_times) apply the same bound to floats and ints themselves and
+    # call this for anything else: change both (test_limits holds them
+    # together).
     if not -1e11 < value < 1e11:  # NaN fails this too
         raise InvalidInputError(f"{what} must be within +-1e11 seconds of the epoch; got {value!r}")
     return int(value * 1_000_000)
@@ -862,20 +864,21 @@ class DedupStore:
         space = ns.spaces[pidx]
         now = self._now_us()
         lease_us = ns.lease_us if lease is None else _lease_us(lease)
-        et = _native.NO_TIME if event_time is None else _time_us(event_time, "event_time")
+        et = _native.NO_TIME if event_time is None else _native.time_us(event_time, _time_us)
         cl = None if claimant is None else _small_bytes(claimant, "claimant", MAX_CLAIMANT_BYTES)
         eid = None if event_id is None else _small_bytes(event_id, "event_id", MAX_EVENT_ID_BYTES)
         res: Any = CLOSED
         if part.window is not None:
             # Decided against this process's unapplied writes, logged, no
-            # transaction: no read-only pass first either.
-            res = part.window.run(lambda ov: space.claim(ov, kb, digest, now, lease_us, et, cl, eid, True))
+            # transaction: no read-only pass first either (as window.run of
+            # space.claim, in C).
+            res = _native.claim_in(part.window, space, kb, digest, now, lease_us, et, cl, eid)
         if res is CLOSED:
             with part.reader() as txn:
                 res = space.claim(txn, kb, digest, now, lease_us, et, cl, eid, False)
             if res is None:
                 res = self._commit(part, lambda txn: space.claim(txn, kb, digest, now, lease_us, et, cl, eid, True))
-        self._tally((res,))
+        _native.tally((res,), self._counts)  # as _tally does
         return self._result(res, namespace, kb, res[6], now)
 
     def claim_many(

@@ -196,7 +196,8 @@ def test_claimant_and_event_id_edges(store: DedupStore) -> None:
     )
 )
 def test_batch_event_times_convert_as_single_ones(values: list[object]) -> None:
-    # claim_many converts its event_times in C; claim() with store._time_us.
+    # claim_many and claim() convert event times in C (_native.times_us and
+    # time_us), store._time_us being the reference they hand the rest to.
     # Same microseconds for each value, the same error for the first bad one.
     want: list[object] = []
     error: Exception | None = None
@@ -206,6 +207,8 @@ def test_batch_event_times_convert_as_single_ones(values: list[object]) -> None:
         except InvalidInputError as exc:
             error = exc
             break
+    singles = [None if v is None else _native.time_us(v, store_module._time_us) for v in values[: len(want)]]
+    assert singles == want
     if error is None:
         assert _native.times_us(values, store_module._time_us) == want
     else:
