@@ -17,7 +17,6 @@ from cpython.dict cimport PyDict_Keys, PyDict_Next, PyDict_Size
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.stdio cimport snprintf
 from libc.stdlib cimport free, malloc, qsort, realloc
 from libc.string cimport memcmp, memcpy, memset
 
@@ -304,11 +303,21 @@ cdef int _put_int(ds_buf *b, object o) except -1:
     cdef int overflow = 0
     cdef long long v = PyLong_AsLongLongAndOverflow(o, &overflow)
     cdef char digits[24]
-    cdef int n
+    cdef int n = 24
+    # The magnitude as unsigned: -LLONG_MIN does not fit in a long long.
+    cdef unsigned long long u = (<unsigned long long>(-(v + 1))) + 1 if v < 0 else <unsigned long long>v
     if overflow:
         return _put_ascii(b, int.__repr__(o))
-    n = snprintf(digits, sizeof(digits), "%lld", v)
-    return _check(b, ds_buf_put(b, digits, n))
+    while True:
+        n -= 1
+        digits[n] = <char>(48 + u % 10)
+        u //= 10
+        if u == 0:
+            break
+    if v < 0:
+        n -= 1
+        digits[n] = 45  # "-"
+    return _check(b, ds_buf_put(b, digits + n, 24 - n))
 
 
 cdef int _canon(ds_buf *b, object o, int depth) except -1:
@@ -1807,6 +1816,9 @@ cdef class Overlay:
         than handing the GIL over) and :meth:`keep` them. Returns the bytes
         written, 0 if no op was written. Raises OSError with the ops dropped
         but the call's writes still undoable: the caller rolls them back."""
+        return self._log_into(f, part, seq, offset)
+
+    cdef Py_ssize_t _log_into(self, LogFile f, uint16_t part, uint64_t seq, uint64_t offset) except -1:
         cdef Py_ssize_t n = self._olen
         cdef uint8_t *span
         cdef object rec

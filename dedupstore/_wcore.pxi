@@ -86,7 +86,7 @@ cdef class WindowCore:
         try:
             try:
                 if self._journal is None:
-                    n = ov.log(self._log, self._index, self._records, self._size)
+                    n = ov._log_into(<LogFile?>self._log, self._index, self._records, self._size)
                 else:
                     n, mark = self._journal.log_window(ov, self._index, self._label)
             except OSError as exc:
@@ -110,7 +110,7 @@ cdef class WindowCore:
         if mark is not None and sync:
             self._journal.sync(mark)
         if sync and self._calls_apply:
-            self.apply_if_due()
+            self._apply_if_due()
         return True
 
     def apply_if_due(self):
@@ -123,17 +123,21 @@ cdef class WindowCore:
         release of the caller then woke the waiting flusher in vain (a futex
         wake each) until the interpreter's switch interval forced a
         hand-over (docs/benchmarks.md)."""
+        self._apply_if_due()
+
+    cdef int _apply_if_due(self) except -1:
         cdef double now
         cdef bint busy
         if not self._calls_apply:
-            return
+            return 0
         now = _monotonic()
         busy = now - self._last_call < <double>_wglobals["BUSY_S"]
         self._last_call = now
         if not busy or now < self._apply_at:
-            return
+            return 0
         self._apply_at = now + self._apply_s
         self._apply_due()
+        return 0
 
 
 #: What write_windows runs in each partition's window.
