@@ -203,7 +203,7 @@ cdef class Hasher:
 MAX_TOKEN = 0x7FFFFFFFFFFFFFFF
 
 
-def check_token(object value):
+cpdef object check_token(object value):
     """``value`` as a lease token: an int (not a bool) in 1..2**63-1, else
     InvalidTokenError."""
     if (type(value) is int or (isinstance(value, int) and not isinstance(value, bool))) and 1 <= value <= MAX_TOKEN:
@@ -221,7 +221,7 @@ cdef inline int _group(dict groups, uint32_t p, Py_ssize_t i) except -1:
     return 0
 
 
-def checked_outcome(object value, Py_ssize_t max_outcome, str namespace) -> bytes:
+cpdef bytes checked_outcome(object value, Py_ssize_t max_outcome, str namespace):
     """:func:`outcome_bytes`, at most ``max_outcome`` bytes long (the
     namespace ``namespace``'s limit), else OutcomeTooLargeError."""
     cdef bytes out = outcome_bytes(value)
@@ -233,7 +233,7 @@ def checked_outcome(object value, Py_ssize_t max_outcome, str namespace) -> byte
     return out
 
 
-def outcome_bytes(object value) -> bytes:
+cpdef bytes outcome_bytes(object value):
     """An outcome as bytes: bytes, str (UTF-8), bytearray or memoryview;
     anything else is InvalidInputError."""
     if type(value) is bytes:
@@ -245,7 +245,7 @@ def outcome_bytes(object value) -> bytes:
     raise InvalidInputError(f"outcome must be bytes or str; got {type(value).__name__}")
 
 
-def key_bytes(object key) -> bytes:
+cpdef bytes key_bytes(object key):
     """The key as bytes, checked against the 1..400-byte limit."""
     cdef bytes kb
     if type(key) is bytes:
@@ -372,7 +372,7 @@ cdef int _canon(ds_buf *b, object o, int depth) except -1:
     )
 
 
-def canonical_intent(object intent, tuple fields=None):
+cpdef object canonical_intent(object intent, tuple fields=None):
     """The canonical bytes of ``intent`` (tag byte first), or None for "no check".
 
     ``bytes`` are taken as is and ``str`` as UTF-8 (tag 0); a mapping or list is
@@ -644,6 +644,28 @@ cdef class LiveFilter:
         return n
 
 
+cdef inline object _getter(object txn):
+    # What the Space's lookups take as ``get``: an Overlay itself (read by
+    # cdef calls, _get), or any other transaction's bound get.
+    return txn if type(txn) is Overlay else txn.get
+
+
+cdef inline object _get(object get, bytes key, object db):
+    # ``get(key, None, db)`` of a _getter() answer.
+    if type(get) is Overlay:
+        return (<Overlay>get)._get(key, db)
+    return get(key, None, db)
+
+
+cdef inline int _put(object txn, bytes key, bytes value, object db) except -1:
+    # ``txn.put(key, value, db=db)`` (overwriting), in an Overlay a cdef call.
+    if type(txn) is Overlay:
+        (<Overlay>txn)._write((<Overlay>txn)._code(db), key, value, False)
+    else:
+        txn.put(key, value, False, True, False, db)
+    return 0
+
+
 cdef class Space:
     """One namespace inside one partition: the databases and the generations a
     lookup must probe. Held by the store; cheap to use on every request."""
@@ -783,7 +805,7 @@ cdef class Space:
                 used = True
                 _set_gen(probe, g)
                 self.probe_reads += 1
-                raw = get(probe, None, self.records)
+                raw = _get(get, probe, self.records)
                 if raw is not None:
                     found[0] = g
                     self._hit = probe
@@ -793,7 +815,7 @@ cdef class Space:
             g -= 1
         if not pending:
             return None
-        raw = get(ukey, None, self.pending)
+        raw = _get(get, ukey, self.pending)
         if raw is not None:
             found[0] = UNRESOLVED_GEN
         return raw
@@ -968,7 +990,7 @@ cdef class Space:
         return top
 
     cdef int _read_state(self, object get, gen_state *gs) except -1:
-        cdef object raw = get(self.gens_key, None, self.meta)
+        cdef object raw = _get(get, self.gens_key, self.meta)
         cdef const uint8_t *p
         if raw is None:
             gs.sealed1 = 0
@@ -992,7 +1014,7 @@ cdef class Space:
         """(first unsealed generation, newest generation written) as ``txn``
         sees it."""
         cdef gen_state gs
-        self._read_state(txn.get, &gs)
+        self._read_state(_getter(txn), &gs)
         return (gs.sealed1, gs.newest)
 
     def seal(self, txn, uint32_t gen) -> int:
@@ -1000,7 +1022,7 @@ cdef class Space:
         more, so a filter built from one stays complete. Returns the first
         unsealed generation."""
         cdef gen_state gs
-        self._read_state(txn.get, &gs)
+        self._read_state(_getter(txn), &gs)
         if gen + 1 > gs.sealed1:
             gs.sealed1 = gen + 1
             self._write_state(txn, &gs)
@@ -1065,7 +1087,7 @@ cdef class Space:
         return self.newest
 
     cdef int64_t _frontier(self, object get) except? -1:
-        cdef object raw = get(self.frontier_key, None, self.meta)
+        cdef object raw = _get(get, self.frontier_key, self.meta)
         cdef int64_t stored
         if raw is None:
             return self.initial_frontier
@@ -1074,7 +1096,7 @@ cdef class Space:
 
     def frontier(self, txn) -> int:
         """The eviction frontier (microseconds) as committed in ``txn``'s snapshot."""
-        return self._frontier(txn.get)
+        return self._frontier(_getter(txn))
 
     def stored_oldest(self, txn) -> int:
         """The oldest generation that may hold records, as ``txn`` sees it
@@ -1110,7 +1132,7 @@ cdef class Space:
         it describes, and never moves backwards. Returns (deleted, budget_left,
         oldest): the caller passes ``oldest`` to advance_oldest() after the
         commit."""
-        cdef object get = txn.get
+        cdef object get = _getter(txn)
         cdef uint32_t oldest = self.stored_oldest(txn)
         cdef uint32_t current = self.generation(now)
         cdef int64_t frontier = self._frontier(get)
@@ -1143,7 +1165,7 @@ cdef class Space:
             oldest += 1
             txn.put(b"O" + self.prefix, _gen_bytes(oldest), False, True, False, self.meta)
         if deleted:
-            raw = get(b"E" + self.prefix, None, self.meta)
+            raw = _get(get, b"E" + self.prefix, self.meta)
             total = deleted + (0 if raw is None else int.from_bytes(raw, "little"))
             txn.put(b"E" + self.prefix, total.to_bytes(8, "little"), False, True, False, self.meta)
         return (deleted, budget, oldest)
@@ -1158,7 +1180,7 @@ cdef class Space:
         cdef uint32_t found = 0
         cdef gen_state gs
         cdef bytes kb = _new_key(self.prefix, key)
-        cdef object get = txn.get
+        cdef object get = _getter(txn)
         cdef uint32_t top = self._reach(get, now, &gs)
         raw = self._find(get, kb, _unresolved_key(self.prefix, key), top, &found)
         if raw is None:
@@ -1177,7 +1199,7 @@ cdef class Space:
     cdef object _claim_one(self, object txn, bytes key, object digest, int64_t now, int64_t lease,
                            int64_t event_time, object claimant, object event_id, bint write):
         cdef gen_state gs
-        cdef object get = txn.get
+        cdef object get = _getter(txn)
         cdef int64_t frontier = NO_FRONTIER
         return self._claim(txn, get, key, digest, now, lease, event_time, claimant, event_id, write,
                            self._reach(get, now, &gs), &frontier)
@@ -1245,7 +1267,7 @@ cdef class Space:
                     self.live.add(self._key_hash(key))
                 return (out.status, out.token, 0, stored, False, True, UNRESOLVED_GEN)
             # Unresolved already: decide on that record, as a probe would have.
-            raw = get(ukey, None, self.pending)
+            raw = _get(get, ukey, self.pending)
             found = UNRESOLVED_GEN
 
         _decode(raw, &cur)
@@ -1265,9 +1287,9 @@ cdef class Space:
         stored = _encode(&nxt)
         # Rewritten where it was found: the pending database, or its generation.
         if found == UNRESOLVED_GEN:
-            txn.put(ukey, stored, False, True, False, self.pending)
+            _put(txn, ukey, stored, self.pending)
         else:
-            txn.put(self._hit, stored, False, True, False, self.records)
+            _put(txn, self._hit, stored, self.records)
         return (out.status, out.token, out.retry_after, stored, bool(out.other_event), True, found)
 
     def complete(self, txn, bytes key, uint64_t token, bytes outcome, int64_t now):
@@ -1275,7 +1297,7 @@ cdef class Space:
         record moves from the pending database to the generation probes start
         from: the current one, unless a newer one was written or it is sealed."""
         cdef gen_state gs
-        cdef object get = txn.get
+        cdef object get = _getter(txn)
         return self._complete(txn, get, key, token, outcome, now, self._reach(get, now, &gs), &gs)
 
     cdef object _complete(self, object txn, object get, bytes key, uint64_t token, bytes outcome, int64_t now,
@@ -1292,7 +1314,7 @@ cdef class Space:
         # The pending database first: a key is in one place in any snapshot,
         # and a completion almost always finds its record unresolved, so the
         # generations are probed only for a repeated completion.
-        cdef object raw = get(ukey, None, self.pending)
+        cdef object raw = _get(get, ukey, self.pending)
         if raw is None:
             raw = self._find(get, kb, ukey, top, &found, False)
         if raw is None:
@@ -1315,7 +1337,7 @@ cdef class Space:
             txn.delete(ukey, b"", self.pending)
         kb = _new_key(self.prefix, key)  # never hashed: see _find
         _set_gen(kb, top)
-        txn.put(kb, stored, False, True, False, self.records)
+        _put(txn, kb, stored, self.records)
         if live is not None:
             live.add_at(self._key_hash(key), top)
         if top > gs.newest:
@@ -1368,7 +1390,7 @@ cdef list _claim_batch(Space space, list order, list keys, list digests, int64_t
     cdef set deferred = set()
     cdef Py_ssize_t i
     cdef int64_t et
-    cdef object get = txn.get
+    cdef object get = _getter(txn)
     cdef gen_state gs
     # A claim writes neither the generation state nor the frontier, so one
     # read of each serves the whole batch.
@@ -1497,7 +1519,7 @@ def complete_batch(Space space, list order, list keys, list tokens, list outcome
 cdef int _complete_batch(Space space, list order, list keys, list tokens, list outcomes, int64_t now,
                          list results, object txn) except -1:
     cdef Py_ssize_t i
-    cdef object get = txn.get
+    cdef object get = _getter(txn)
     cdef gen_state gs
     # Read once; _complete keeps ``gs`` current as it raises the newest generation.
     cdef uint32_t top = space._reach(get, now, &gs)
@@ -1733,11 +1755,16 @@ cdef class Overlay:
         return v
 
     def get(self, bytes key, default=None, db=None):
+        cdef object v = self._get(key, db)
+        return default if v is None else v
+
+    cdef object _get(self, bytes key, object db):
+        # get(key, None, db) as a cdef call (the Spaces' _get).
         cdef int code = self._code(db)
         cdef object v = self._map(code).get(key, _ABSENT)
         if v is _ABSENT:
             v = self._base(code, key, db)
-        return default if v is None else v
+        return v
 
     cdef _write(self, int code, bytes key, object value, bint fresh):
         # ``fresh``: a put of a key the snapshot does not hold. Such a key
