@@ -77,11 +77,12 @@ cdef class WindowCore:
             raise
         return self.overlay
 
-    cdef bint _leave(self, Overlay ov, bint sync) except -1:
+    cdef bint _leave(self, Overlay ov, bint sync, bint claim=False) except -1:
         # After the op that _enter let run: log its writes and release the
-        # lock, then sync (sync mode) or apply if due (flush mode). False: the
-        # log write failed, the op was undone and the window is being given
-        # up; the caller takes the ordinary path.
+        # lock, then sync (sync mode) or apply if due (flush mode; a claim
+        # only once overdue, see _apply_if_due). False: the log write
+        # failed, the op was undone and the window is being given up; the
+        # caller takes the ordinary path.
         cdef object n, mark = None
         try:
             try:
@@ -110,7 +111,7 @@ cdef class WindowCore:
         if mark is not None and sync:
             self._journal.sync(mark)
         if sync and self._calls_apply:
-            self._apply_if_due()
+            self._apply_if_due(claim)
         return True
 
     def apply_if_due(self):
@@ -125,7 +126,11 @@ cdef class WindowCore:
         hand-over (docs/benchmarks.md)."""
         self._apply_if_due()
 
-    cdef int _apply_if_due(self) except -1:
+    cdef int _apply_if_due(self, bint claim=False) except -1:
+        # A claim's caller waits for its verdict before it performs the
+        # effect: a claim leaves a due apply to the next completion or
+        # release (whose effect is done), unless it is overdue by an interval,
+        # when the flusher's tick would take it anyway (Window.tick).
         cdef double now
         cdef bint busy
         if not self._calls_apply:
@@ -133,7 +138,7 @@ cdef class WindowCore:
         now = _monotonic()
         busy = now - self._last_call < <double>_wglobals["BUSY_S"]
         self._last_call = now
-        if not busy or now < self._apply_at:
+        if not busy or now < self._apply_at + (self._apply_s if claim else 0.0):
             return 0
         self._apply_at = now + self._apply_s
         self._apply_due()
@@ -190,7 +195,7 @@ def write_windows(list windows, list spaces, dict groups, int kind, list keys, o
                 finally:
                     wc.lock.release()
                 raise
-            if not wc._leave(ov, True):
+            if not wc._leave(ov, True, kind == C_BATCH_CLAIM):
                 left.append(p)
         except BaseException as exc:
             if first is None:
@@ -216,6 +221,6 @@ def claim_in(object window, Space space, bytes key, object digest, int64_t now, 
         finally:
             wc.lock.release()
         raise
-    if not wc._leave(ov, True):
+    if not wc._leave(ov, True, True):
         return _wglobals["CLOSED"]
     return res

@@ -21,7 +21,9 @@ only writer therefore opens a *window* on it:
   no LMDB transaction, no lock another process waits on.
 - Every ``apply_interval`` (the store's flusher thread; in flush mode, while
   calls keep coming, by the first call that returns after it is due, in
-  that call's thread: :meth:`Window.apply_if_due`),
+  that call's thread: :meth:`Window.apply_if_due`; a claim, whose caller
+  waits for its verdict, leaves it to the next completion or release unless
+  it is overdue by an interval),
   before any other write transaction of this process, before a checkpoint,
   and when the overlay holds :data:`MAX_PENDING` keys, the overlay is written
   in one transaction that also moves ``W``'s offset past the records it
@@ -125,8 +127,9 @@ CHECK_S = 0.005
 #: How often a waiting writer looks again.
 WAIT_POLL_S = 0.0005
 #: flush mode: a window that took a call this recently is busy, and the
-#: call that finds its overlay due applies it (:meth:`Window.apply_if_due`);
-#: the flusher applies an idle one's.
+#: call that finds its overlay due applies it (:meth:`Window.apply_if_due`;
+#: a claim only once it is overdue by an interval); the flusher applies an
+#: idle one's.
 BUSY_S = 0.001
 
 #: Returned by :meth:`Window.run` and :meth:`Window.read` when no window is

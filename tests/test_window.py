@@ -386,6 +386,28 @@ def test_a_busy_window_is_applied_by_the_call_that_finds_it_due(
         assert threads == [threading.current_thread().name] and len(win.overlay or ()) > 0
 
 
+def test_a_claim_leaves_a_due_apply_to_the_next_completion_unless_overdue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, applies: Callable[[], tuple[list[str], threading.Event]]
+) -> None:
+    monkeypatch.setattr(window, "BUSY_S", 3600.0)  # every call counts as busy
+    with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
+        s.ensure_namespace("n")
+        s.claim("n", "a")
+        win = s._parts[0].window
+        assert win is not None
+        threads, _ = applies()
+        monkeypatch.setattr(win, "_apply_at", time.monotonic() - 0.1)  # due, not overdue
+        batch = s.claim_many("n", ["b", "c"])
+        one = s.claim("n", "d")
+        assert threads == [] and len(win.overlay or ()) > 0  # the claims' callers were not held up
+        assert s.complete_many("n", [("b", batch.tokens[0], b"B")]) == [None]
+        assert threads == [threading.current_thread().name] and len(win.overlay or ()) == 0
+        monkeypatch.setattr(win, "_apply_at", time.monotonic() - 1.1)  # overdue by an interval
+        assert s.claim("n", "e").status is Status.NEW
+        assert threads == [threading.current_thread().name] * 2 and len(win.overlay or ()) == 0
+        assert one.status is Status.NEW
+
+
 @pytest.mark.parametrize("durability", ["flush", "sync"])
 def test_an_idle_window_and_every_sync_mode_one_is_applied_by_the_flusher(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str,
