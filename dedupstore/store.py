@@ -821,11 +821,6 @@ class DedupStore:
 
     # ------------------------------------------------------------------- claims
 
-    def _tally(self, rows: Iterable[tuple[Any, ...]]) -> None:
-        # No lock: the native tally holds the GIL throughout and calls no
-        # Python code, so it is atomic for every other thread.
-        _native.tally(rows, self._counts)
-
     @staticmethod
     def _result(res: tuple[Any, ...], namespace: str, kb: bytes, gen: int, now: int) -> ClaimResult:
         code = res[0]
@@ -878,7 +873,10 @@ class DedupStore:
                 res = space.claim(txn, kb, digest, now, lease_us, et, cl, eid, False)
             if res is None:
                 res = self._commit(part, lambda txn: space.claim(txn, kb, digest, now, lease_us, et, cl, eid, True))
-        _native.tally((res,), self._counts)  # as _tally does
+        # No lock: the native tally (here and in claim_many's batch_columns)
+        # holds the GIL throughout and calls no Python code, so it is atomic
+        # for every other thread.
+        _native.tally((res,), self._counts)
         return self._result(res, namespace, kb, res[6], now)
 
     def claim_many(
@@ -914,7 +912,7 @@ class DedupStore:
         # commits nothing, so pays no fsync. A read-only pass first would probe
         # every key twice.
         self._write_batch(_native.BATCH_CLAIM, ns, groups, kbs, digests, None, now, lease_us, ets, cl, results)
-        # Tallied as the columns are made (see _tally).
+        # Tallied as the columns are made (see claim()).
         statuses, tokens, retry = _native.batch_columns(results, STATUS_BY_CODE, LEASED_CODES, self._counts)
         result = self._result
         return BatchResult.of_columns(
