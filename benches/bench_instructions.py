@@ -17,6 +17,10 @@ apart by callgrind and left out: under valgrind they run fifty times more
 often per call than at full speed.
 
     claim             claim() of a new key, with an event time
+    claim, aged       the same in a namespace 13 hours old on the store's
+                      (injected) clock: twelve past hour-long generations
+                      of the default 12 h horizon, sealed and filtered, as a
+                      store that has run a while probes for every new key
     claim_many(1)     claim_many() of one new key, with an event time
     round(1)          claim_many(1) then complete_many(1): dedupstore bench's
                       consumer round at its mean batch of 1 to 2 events
@@ -44,11 +48,22 @@ CHILD = r"""
 import os, sys, tempfile, time
 from dedupstore import DedupStore
 what, n = sys.argv[1], int(sys.argv[2])
+aged = what == "claim_aged"
+clock = [time.time() - 13 * 3600]
 # valgrind cannot reserve the default map (256 GiB of address space).
 s = DedupStore.open(tempfile.mkdtemp(dir=sys.argv[3]), durability="flush", eviction_rate=0,
-                    apply_interval="1s", map_size=1 << 30)
+                    apply_interval="1s", map_size=1 << 30, clock=(lambda: clock[0]) if aged else None)
 s.ensure_namespace("ns")
-t = time.time()
+if aged:
+    # An hour-long generation per step (the 12 h horizon's), 200 keys each;
+    # then the refresh seals and filters every one that ended an hour ago.
+    for g in range(13):
+        for j in range(200):
+            r = s.claim("ns", f"old{g}.{j}")
+            s.complete("ns", r.key, r.token, b"ok")
+        clock[0] += 3600.0
+    s.refresh_prefilter()
+t = clock[0] if aged else time.time()
 size = 100 if what == "round100" else 1
 # The reference stream's intent shape (dedupstore.loadgen.make_stream).
 intent = {"amount": 1234, "currency": "EUR"}
@@ -62,7 +77,7 @@ def round_of(tag):
 for i in range(20 if size > 1 else 200):
     round_of(f"w{i}")
 keys = [f"k{i}" for i in range(n)]
-if what == "claim":
+if what in ("claim", "claim_aged"):
     for k in keys:
         s.claim("ns", k, intent, event_time=t)
 elif what == "claim_many1":
@@ -77,6 +92,7 @@ os._exit(0)  # no close: its last apply and checkpoint would count
 
 SCENARIOS = {
     "claim": ("claim", 1),
+    "claim, aged": ("claim_aged", 1),
     "claim_many(1)": ("claim_many1", 1),
     "round(1)": ("round1", 1),
     "round(100)/key": ("round100", 100),

@@ -715,6 +715,16 @@ cdef class Space:
     cdef public unsigned long long live_seeds
     cdef public unsigned long long live_rolls
     cdef Py_ssize_t _live_blooms    # len(blooms) when live_older was last pruned
+    # ``blooms`` as a list indexed by generation - _bl_base (None where a
+    # generation has none), for _find: made again whenever blooms' size
+    # changed. Filters are only ever added for generations that had none and
+    # dropped below the oldest one probed, so a list made before a change
+    # at worst lacks a new filter (that generation is read in LMDB).
+    # (8 bytes per generation between the oldest filter and the newest: a
+    # small share of what the filters themselves take.)
+    cdef list _bl
+    cdef uint32_t _bl_base
+    cdef Py_ssize_t _bl_size
     #: Generations below this one may be deleted by an eviction transaction
     #: running beside the write-behind window (dedupstore/window.py
     #: Window.beside) while calls go on: a claim leaves a record it finds
@@ -743,6 +753,9 @@ cdef class Space:
         self.live_seeds = 0
         self.live_rolls = 0
         self._live_blooms = 0
+        self._bl = []
+        self._bl_base = 0
+        self._bl_size = 0
         self.frontier_key = b"F" + prefix
         self.gen_len = gen_len
         self.oldest = oldest
@@ -780,7 +793,12 @@ cdef class Space:
         cdef bint used = False
         cdef uint64_t h = 0
         cdef bint hashed = False
-        cdef dict blooms = self.blooms
+        cdef list bl
+        cdef Py_ssize_t nbl
+        if PyDict_Size(self.blooms) != self._bl_size:
+            self._index_blooms()
+        bl = self._bl
+        nbl = len(bl)
         while True:
             if live_absent and g >= self.live_from:
                 self.live_skips += 1
@@ -788,7 +806,10 @@ cdef class Space:
                     break
                 g -= 1
                 continue
-            bf = blooms.get(g) if blooms else None
+            if g >= self._bl_base and <Py_ssize_t>(g - self._bl_base) < nbl:
+                bf = bl[g - self._bl_base]
+            else:
+                bf = None
             if bf is not None:
                 if not hashed:
                     h = ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(kb) + C_KEY_PREFIX_BYTES,
@@ -819,6 +840,30 @@ cdef class Space:
         if raw is not None:
             found[0] = UNRESOLVED_GEN
         return raw
+
+    cdef _index_blooms(self):
+        cdef dict blooms = self.blooms
+        cdef Py_ssize_t pos = 0
+        cdef PyObject *k
+        cdef PyObject *v
+        cdef uint32_t lo = 0xFFFFFFFF, hi = 0, g
+        cdef list bl
+        while PyDict_Next(blooms, &pos, &k, &v):
+            g = <object>k
+            if g < lo:
+                lo = g
+            if g > hi:
+                hi = g
+        if lo > hi:
+            bl = []
+            lo = 0
+        else:
+            bl = [None] * (hi - lo + 1)
+            pos = 0
+            while PyDict_Next(blooms, &pos, &k, &v):
+                g = <object>k
+                bl[g - lo] = <object>v
+        self._bl, self._bl_base, self._bl_size = bl, lo, PyDict_Size(blooms)
 
     cdef inline uint64_t _key_hash(self, bytes key):
         return ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))

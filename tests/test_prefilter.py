@@ -55,6 +55,28 @@ def test_no_false_negatives_and_absent_keys_skip_probes(store_path: Path, clock:
         assert unfiltered >= len(fresh) and unfiltered % len(fresh) == 0
 
 
+def test_filters_built_or_dropped_after_a_lookup_are_seen_by_the_next(store_path: Path, clock: FakeClock) -> None:
+    # The Space keeps its filters in a list by generation for its probes,
+    # made again whenever the set of filters changed size.
+    with _open(store_path, clock) as s:
+        keys = _fill(s, clock, gens=6)
+        fresh = [f"absent-{i}" for i in range(200)]
+
+        def reads() -> int:
+            before = s.stats()["namespaces"]["n"]["prefilter"]["probes_read"]
+            assert all(s.lookup("n", k) is None for k in fresh)
+            return int(s.stats()["namespaces"]["n"]["prefilter"]["probes_read"] - before)
+
+        unfiltered = reads()  # no filter yet: every generation read for every key
+        assert s.refresh_prefilter()["built"] > 0
+        assert reads() < unfiltered / 2  # the filters just built are used at once
+        assert all(r.status is Status.DUPLICATE for r in s.claim_many("n", keys))
+        for sp in s._live_namespace("n").spaces:  # noqa: SLF001 - as eviction does
+            sp.advance_oldest(sp.oldest + 2)
+        assert reads() < unfiltered / 2
+        assert all(r.status is Status.DUPLICATE for r in s.claim_many("n", keys[len(keys) // 2 :]))
+
+
 def test_filters_are_complete_for_generations_sealed_under_the_write_behind_window(
     store_path: Path, clock: FakeClock
 ) -> None:
