@@ -1,9 +1,11 @@
 # Included at the end of _native.pyx: the per-call path of a write-behind
 # window (dedupstore/window.py's Window, which subclasses WindowCore). Every
-# call the window takes goes through run(), and most of what run() did in
-# Python was bookkeeping around one native op: here it is one C function,
-# which hands the rare cases (opening the window, a failed log write, a full
-# overlay, an apply that is due) back to the Python methods.
+# call the window takes goes through run(), or (the batch calls, claim())
+# through write_windows() and claim_in(), which share its _enter() and
+# _leave(). Most of what run() did in Python was bookkeeping around one
+# native op: here it is C, which hands the rare cases (opening the window, a
+# failed log write, a full overlay, an apply that is due) back to the Python
+# methods.
 
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
