@@ -51,7 +51,14 @@ int ds_buf_put(ds_buf *b, const void *data, size_t len)
 
 int ds_buf_put_byte(ds_buf *b, uint8_t c)
 {
-    return ds_buf_put(b, &c, 1);
+    /* cap never exceeds limit, so a byte that fits in cap is within it. */
+    if (b->len >= b->cap) {
+        int rc = reserve(b, 1);
+        if (rc != DS_BUF_OK)
+            return rc;
+    }
+    b->data[b->len++] = c;
+    return DS_BUF_OK;
 }
 
 int ds_buf_put_json_string(ds_buf *b, const uint8_t *s, size_t len)
@@ -62,8 +69,7 @@ int ds_buf_put_json_string(ds_buf *b, const uint8_t *s, size_t len)
     int rc = reserve(b, 2 + len);
     if (rc != DS_BUF_OK)
         return rc;
-    if ((rc = ds_buf_put_byte(b, '"')) != DS_BUF_OK)
-        return rc;
+    b->data[b->len++] = '"'; /* reserved above */
     size_t run = 0; /* bytes copied verbatim, flushed in one memcpy */
     for (size_t i = 0; i < len; i++) {
         uint8_t c = s[i];
