@@ -304,10 +304,11 @@ cdef int _put_int(ds_buf *b, object o) except -1:
     cdef long long v = PyLong_AsLongLongAndOverflow(o, &overflow)
     cdef char digits[24]
     cdef int n = 24
-    # The magnitude as unsigned: -LLONG_MIN does not fit in a long long.
-    cdef unsigned long long u = (<unsigned long long>(-(v + 1))) + 1 if v < 0 else <unsigned long long>v
+    cdef unsigned long long u
     if overflow:
         return _put_ascii(b, int.__repr__(o))
+    # The magnitude as unsigned: -LLONG_MIN does not fit in a long long.
+    u = (<unsigned long long>(-(v + 1))) + 1 if v < 0 else <unsigned long long>v
     while True:
         n -= 1
         digits[n] = <char>(48 + u % 10)
@@ -644,6 +645,22 @@ cdef class LiveFilter:
         return n
 
 
+cdef list _overlay_chain(Overlay ov):
+    # ``ov`` and the overlays it reads through (one being applied under it),
+    # newest first; the last one's snapshot is LMDB's (_chain_base).
+    cdef list chain = [ov]
+    while type(ov.snapshot) is Overlay:
+        ov = <Overlay>ov.snapshot
+        chain.append(ov)
+    return chain
+
+
+cdef inline object _chain_base(list chain):
+    # The LMDB snapshot under an _overlay_chain (no negative index: the
+    # module is compiled with wraparound off).
+    return (<Overlay>chain[len(chain) - 1]).snapshot
+
+
 cdef inline object _getter(object txn):
     # What the Space's lookups take as ``get``: an Overlay itself (read by
     # cdef calls, _get), or any other transaction's bound get.
@@ -907,7 +924,8 @@ cdef class Space:
         # A newer generation, the same epoch: the newest filter is kept for
         # the generations it answers for, and a fresh one takes over.
         cdef LiveFilter lf = LiveFilter(0, top)
-        cdef bint pend = self._seed_pending(lf, ov)
+        cdef list chain = _overlay_chain(ov)
+        cdef bint pend = self._seed_pending(lf, chain, _chain_base(chain))
         self.live_older = self.live_older + [self.live]
         self.live = lf
         self.live_pending = pend
@@ -948,7 +966,8 @@ cdef class Space:
         # this process writes the partition while its window is open, and
         # every key a Space writes afterwards is added (claim, complete), so
         # the filter stays a superset of the keys in what it covers.
-        cdef object base = ov
+        cdef list chain = _overlay_chain(ov)
+        cdef object base = _chain_base(chain)
         cdef Overlay o
         cdef bytes k
         cdef bytes prefix = self.prefix
@@ -958,10 +977,6 @@ cdef class Space:
         self.live_older = []
         self.live_epoch = ov.epoch
         self.live_top = top
-        chain = []
-        while type(base) is Overlay:
-            chain.append(base)
-            base = (<Overlay>base).snapshot
         # The filter answers for the generations past the newest that LMDB
         # holds records of (all of them, if none: empty generations between
         # are not probed either); the overlays' records there go into it.
@@ -979,24 +994,20 @@ cdef class Space:
             for k in o._recs:  # deleted ones too: a key too many only costs a probe
                 if PyBytes_GET_SIZE(k) > C_KEY_PREFIX_BYTES and k[:2] == prefix and _record_gen(k) >= self.live_from:
                     lf.add_at(self._record_key_hash(k), _record_gen(k))
-        self.live_pending = self._seed_pending(lf, ov)
+        self.live_pending = self._seed_pending(lf, chain, base)
         self.live = lf
         self.live_seeds += 1
 
-    cdef bint _seed_pending(self, LiveFilter lf, Overlay ov) except -1:
+    cdef bint _seed_pending(self, LiveFilter lf, list chain, object base) except -1:
         # Every unresolved record of the namespace into ``lf``, as the
-        # overlays over their snapshot hold them, unless there are too many:
-        # then False (the pending database is read instead).
-        cdef object base = ov
+        # overlays ``chain`` (_overlay_chain) over their snapshot ``base``
+        # hold them, unless there are too many: then False (the pending
+        # database is read instead).
         cdef Overlay o
         cdef bytes k
         cdef Py_ssize_t n = 0
         cdef bytes prefix = self.prefix
         cdef bint pend
-        chain = []
-        while type(base) is Overlay:
-            chain.append(base)
-            base = (<Overlay>base).snapshot
         # Every unresolved record of the namespace, unless there are too many
         # (the database's count, of every namespace, spares reading them to
         # find out).
