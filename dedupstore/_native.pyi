@@ -1,8 +1,11 @@
 # Type stubs for the compiled dedupstore._native (checked by mypy.stubtest in the test command).
 from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 from typing_extensions import disjoint_base
+
+from .verdicts import ClaimResult, Record, Status
 
 NEW: int
 DUPLICATE: int
@@ -297,3 +300,58 @@ def claim_in(
     claimant: bytes | None,
     event_id: bytes | None,
 ) -> Any: ...
+def bind_store(
+    claim_cls: type[ClaimCore],
+    status_by_code: tuple[Any, ...],
+    leased_codes: tuple[bool, ...],
+    small_bytes: Callable[[object, str, int], bytes],
+    lease_us: Callable[[object], int],
+    time_us_slow: Callable[[object, str], int],
+    max_claimant: int,
+    max_event_id: int,
+) -> None: ...
+@disjoint_base
+class ClaimCore:
+    status: Status
+    token: int | None
+    retry_after: float | None
+    namespace: str
+    key: bytes
+    _raw: bytes | None
+    _record: Record | None
+    _gen: int
+    _now: int
+    def __init__(
+        self,
+        status: Status,
+        token: int | None,
+        retry_after: float | None,
+        namespace: str,
+        key: bytes,
+        raw: bytes | None,
+        gen: int,
+        now_us: int,
+    ) -> None: ...
+
+def claim_result(res: tuple[Any, ...], namespace: str, kb: bytes, now: int) -> ClaimResult: ...
+@disjoint_base
+class StoreCore:
+    _dead: str | None
+    _ns: dict[str, Any]
+    _hasher: Hasher
+    _parts: list[Any]
+    _windows: list[Any] | None
+    _clock: Callable[[], float]
+    _counts: list[int]
+    _nparts: int
+    def claim(
+        self,
+        namespace: str,
+        key: bytes | str,
+        intent: object = None,
+        *,
+        event_time: float | datetime | None = None,
+        event_id: bytes | str | None = None,
+        claimant: bytes | str | None = None,
+        lease: float | str | None = None,
+    ) -> ClaimResult: ...

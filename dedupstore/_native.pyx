@@ -2045,3 +2045,4 @@ cdef class Overlay:
 
 include "_gsync.pxi"
 include "_wcore.pxi"
+include "_score.pxi"

@@ -384,7 +384,7 @@ class _Namespace:
         self.prefix = config.prefix  # computed once: every request routes with it
 
 
-class DedupStore:
+class DedupStore(_native.StoreCore):
     """An embedded, durable idempotency authority (see SPEC and docs/guarantees.md).
 
     Open with :meth:`open`; thread-safe; several processes may open the same
@@ -470,7 +470,7 @@ class DedupStore:
         elif not root.is_dir():
             raise StoreFormatError(f"{root} does not exist and create=False")
         ident = same_file_key(root)
-        self = object.__new__(cls)
+        self = _native.StoreCore.__new__(cls)
         with _open_lock:
             other = _open_stores.get(ident)
             if other is not None and other() is not None:
@@ -821,63 +821,18 @@ class DedupStore:
 
     # ------------------------------------------------------------------- claims
 
-    @staticmethod
-    def _result(res: tuple[Any, ...], namespace: str, kb: bytes, gen: int, now: int) -> ClaimResult:
-        code = res[0]
-        return ClaimResult(
-            STATUS_BY_CODE[code],
-            res[1] if LEASED_CODES[code] else None,
-            res[2] / 1e6 if code == _native.IN_PROGRESS else None,
-            namespace,
-            kb,
-            res[3],
-            gen,
-            now,
-        )
-
-    def claim(
-        self,
-        namespace: str,
-        key: bytes | str,
-        intent: object = None,
-        *,
-        event_time: float | _dt.datetime | None = None,
-        event_id: bytes | str | None = None,
-        claimant: bytes | str | None = None,
-        lease: float | str | None = None,
-    ) -> ClaimResult:
-        """Ask whether the effect ``key`` in ``namespace`` may be performed.
-
-        Returns a :class:`ClaimResult` whose ``status`` is one of
-        :class:`Status` (SPEC section 3 lists what the caller does for each).
-        """
-        ns = self._live_namespace(namespace)
-        kb = _native.key_bytes(key)
-        digest = None if intent is None else self._hasher.intent_digest(intent, ns.fields)
-        pidx = self._hasher.route(ns.prefix, kb, self._nparts)
-        part = self._parts[pidx]
-        space = ns.spaces[pidx]
-        now = self._now_us()
-        lease_us = ns.lease_us if lease is None else _lease_us(lease)
-        et = _native.NO_TIME if event_time is None else _native.time_us(event_time, _time_us)
-        cl = None if claimant is None else _small_bytes(claimant, "claimant", MAX_CLAIMANT_BYTES)
-        eid = None if event_id is None else _small_bytes(event_id, "event_id", MAX_EVENT_ID_BYTES)
-        res: Any = CLOSED
-        if part.window is not None:
-            # Decided against this process's unapplied writes, logged, no
-            # transaction: no read-only pass first either (as window.run of
-            # space.claim, in C).
-            res = _native.claim_in(part.window, space, kb, digest, now, lease_us, et, cl, eid)
-        if res is CLOSED:
-            with part.reader() as txn:
-                res = space.claim(txn, kb, digest, now, lease_us, et, cl, eid, False)
-            if res is None:
-                res = self._commit(part, lambda txn: space.claim(txn, kb, digest, now, lease_us, et, cl, eid, True))
-        # No lock: the native tally (here and in claim_many's batch_columns)
-        # holds the GIL throughout and calls no Python code, so it is atomic
-        # for every other thread.
-        _native.tally((res,), self._counts)
-        return self._result(res, namespace, kb, res[6], now)
+    def _claim_unwindowed(
+        self, part: _Partition, space: Any, kb: bytes, digest: bytes | None, now: int, lease_us: int, et: int,
+        cl: bytes | None, eid: bytes | None,
+    ) -> Any:
+        # claim() (StoreCore's) of a partition whose window could not take
+        # the call, or that has none: a read-only pass first (a duplicate
+        # commits nothing), then the write in the partition's group commit.
+        with part.reader() as txn:
+            res = space.claim(txn, kb, digest, now, lease_us, et, cl, eid, False)
+        if res is None:
+            res = self._commit(part, lambda txn: space.claim(txn, kb, digest, now, lease_us, et, cl, eid, True))
+        return res
 
     def claim_many(
         self,
@@ -914,9 +869,9 @@ class DedupStore:
         self._write_batch(_native.BATCH_CLAIM, ns, groups, kbs, digests, None, now, lease_us, ets, cl, results)
         # Tallied as the columns are made (see claim()).
         statuses, tokens, retry = _native.batch_columns(results, STATUS_BY_CODE, LEASED_CODES, self._counts)
-        result = self._result
+        result = _native.claim_result
         return BatchResult.of_columns(
-            statuses, tokens, retry, lambda i: result(results[i], namespace, kbs[i], results[i][6], now)
+            statuses, tokens, retry, lambda i: result(results[i], namespace, kbs[i], now)
         )
 
     def _commit(self, part: _Partition, op: Callable[[Any], Any]) -> Any:
@@ -1475,3 +1430,8 @@ class DedupStore:
         return effects.idempotent(
             self, namespace, key=key, intent=intent, dumps=dumps, loads=loads, release_on=release_on
         )
+
+
+_native.bind_store(
+    ClaimResult, STATUS_BY_CODE, LEASED_CODES, _small_bytes, _lease_us, _time_us, MAX_CLAIMANT_BYTES, MAX_EVENT_ID_BYTES
+)

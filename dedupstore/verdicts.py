@@ -133,7 +133,7 @@ class Record:
         }
 
 
-class ClaimResult:
+class ClaimResult(_native.ClaimCore):
     """The verdict for one claim.
 
     ``token`` is set for NEW, UNKNOWN and BEYOND_HORIZON (the caller holds the
@@ -141,21 +141,9 @@ class ClaimResult:
     IN_PROGRESS; ``record`` is the stored record the verdict rests on.
     """
 
-    __slots__ = ("status", "token", "retry_after", "namespace", "key", "_raw", "_gen", "_now", "_record")
-
-    def __init__(
-        self, status: Status, token: int | None, retry_after: float | None, namespace: str, key: bytes,
-        raw: bytes | None, gen: int, now_us: int,
-    ) -> None:
-        self.status = status
-        self.token = token
-        self.retry_after = retry_after
-        self.namespace = namespace
-        self.key = key
-        self._raw = raw
-        self._gen = gen
-        self._now = now_us
-        self._record: Record | None = None
+    # The fields and __init__(status, token, retry_after, namespace, key,
+    # raw, gen, now_us) are ClaimCore's: claim() makes this in C.
+    __slots__ = ()
 
     @classmethod
     def from_record(
