@@ -5,7 +5,8 @@ from typing import Any
 
 from typing_extensions import disjoint_base
 
-from .verdicts import ClaimResult, Record, Status
+from .errors import LeaseLostError
+from .verdicts import BatchResult, ClaimResult, Record, Status
 
 NEW: int
 DUPLICATE: int
@@ -54,11 +55,6 @@ def claim_batch(
 ) -> list[int]: ...
 
 def times_us(values: Iterable[object], slow: Callable[[object, str], int]) -> list[int | None]: ...
-def batch_columns(
-    results: list[Any], status_by_code: tuple[Any, ...], leased: tuple[bool, ...], counts: list[int] | None = None
-) -> tuple[list[Any], list[int | None], list[float | None]]: ...
-def all_applied(results: list[Any], rows: bool = True) -> bool: ...
-def tally(rows: Any, counts: list[int]) -> None: ...
 def complete_batch(
     space: Space,
     order: list[int],
@@ -274,34 +270,11 @@ class WindowCore:
 BATCH_CLAIM: int
 BATCH_COMPLETE: int
 BATCH_RELEASE: int
-def write_windows(
-    windows: list[Any],
-    spaces: list[Space],
-    groups: dict[int, list[int]],
-    kind: int,
-    keys: list[bytes],
-    a: list[Any],
-    b: list[Any] | None,
-    now: int,
-    lease: int,
-    event_times: list[int | None] | None,
-    claimant: bytes | None,
-    results: list[Any],
-) -> tuple[list[int], BaseException | None]: ...
 def time_us(value: object, slow: Callable[[object, str], int]) -> int: ...
-def claim_in(
-    window: WindowCore,
-    space: Space,
-    key: bytes,
-    digest: bytes | None,
-    now: int,
-    lease: int,
-    event_time: int,
-    claimant: bytes | None,
-    event_id: bytes | None,
-) -> Any: ...
 def bind_store(
     claim_cls: type[ClaimCore],
+    batch_cls: type[BatchCore],
+    record_of: Callable[[str, bytes, int, bytes, int], Record],
     status_by_code: tuple[Any, ...],
     leased_codes: tuple[bool, ...],
     small_bytes: Callable[[object, str, int], bytes],
@@ -309,6 +282,7 @@ def bind_store(
     time_us_slow: Callable[[object, str], int],
     max_claimant: int,
     max_event_id: int,
+    max_batch: int,
 ) -> None: ...
 @disjoint_base
 class ClaimCore:
@@ -333,7 +307,23 @@ class ClaimCore:
         now_us: int,
     ) -> None: ...
 
-def claim_result(res: tuple[Any, ...], namespace: str, kb: bytes, now: int) -> ClaimResult: ...
+@disjoint_base
+class BatchCore:
+    _results: list[ClaimResult | None]
+    _statuses: list[Status]
+    _tokens: list[int | None]
+    _retry: list[float | None]
+    _make: Callable[[int], ClaimResult] | None
+
+@disjoint_base
+class NamespaceCore:
+    config: Any
+    spaces: list[Space]
+    lease_us: int
+    fields: tuple[str, ...] | None
+    max_outcome: int
+    prefix: bytes
+
 @disjoint_base
 class StoreCore:
     _dead: str | None
@@ -355,3 +345,18 @@ class StoreCore:
         claimant: bytes | str | None = None,
         lease: float | str | None = None,
     ) -> ClaimResult: ...
+    def claim_many(
+        self,
+        namespace: str,
+        keys: Sequence[bytes | str],
+        intents: Sequence[object] | None = None,
+        *,
+        event_times: Sequence[float | datetime | None] | None = None,
+        claimant: bytes | str | None = None,
+    ) -> BatchResult: ...
+    def complete(self, namespace: str, key: bytes | str, token: int, outcome: bytes | str = b"") -> Record: ...
+    def complete_many(
+        self, namespace: str, items: Sequence[tuple[bytes | str, int, bytes | str]]
+    ) -> list[LeaseLostError | None]: ...
+    def release(self, namespace: str, key: bytes | str, token: int) -> None: ...
+    def release_many(self, namespace: str, items: Sequence[tuple[bytes | str, int]]) -> list[LeaseLostError | None]: ...

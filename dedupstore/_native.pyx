@@ -183,6 +183,9 @@ cdef class Hasher:
 
     def intent_digest(self, object intent, tuple fields=None):
         """The stored digest of ``intent``, or None for "no intent check"."""
+        return self._intent_digest(intent, fields)
+
+    cdef object _intent_digest(self, object intent, tuple fields):
         cdef bytes canon = canonical_intent(intent, fields)
         if canon is None:
             return None
@@ -1501,39 +1504,12 @@ cdef object _time_us(object t, object slow):
     return slow(t, "event_time")
 
 
-def batch_columns(list results, tuple status_by_code, tuple leased, list counts=None):
-    """(statuses, tokens, retry_after seconds) of a batch's verdict tuples,
-    in one pass: the columns ``claim_many``'s BatchResult holds; with
-    ``counts``, :func:`tally` of them first."""
-    if counts is not None:
-        _tally(results, counts)
-    cdef Py_ssize_t i, n = len(results)
-    cdef list statuses = [None] * n
-    cdef list tokens = [None] * n
-    cdef list retry = [None] * n
-    cdef tuple res
-    cdef int code
-    for i in range(n):
-        res = <tuple>results[i]
-        code = res[0]
-        statuses[i] = status_by_code[code]
-        if leased[code]:
-            tokens[i] = res[1]
-        elif code == DS_IN_PROGRESS:
-            retry[i] = res[2] / 1e6
-    return statuses, tokens, retry
-
-
-def tally(rows, list counts):
-    """Add verdict tuples ``rows`` to ``counts``: indexed by status code,
-    then (the two kinds of repeat stats() tells apart) repeats with another
-    event id at ``counts[-2]`` and duplicates of the same event at
-    ``counts[-1]``. Runs with the GIL held and calls no Python code, so no
-    other thread sees the counts half-updated."""
-    _tally(rows, counts)
-
-
 cdef int _tally(object rows, list counts) except -1:
+    # Add verdict tuples ``rows`` to ``counts``: indexed by status code,
+    # then (the two kinds of repeat stats() tells apart) repeats with
+    # another event id at ``counts[-2]`` and duplicates of the same event at
+    # ``counts[-1]``. Runs with the GIL held and calls no Python code, so no
+    # other thread sees the counts half-updated.
     cdef long other = 0, same = 0
     cdef tuple res
     cdef int code
@@ -1550,18 +1526,6 @@ cdef int _tally(object rows, list counts) except -1:
     counts[n - 2] += other
     counts[n - 1] += same
     return 0
-
-
-def all_applied(list results, bint rows=True):
-    """Whether every one of a batch's results is OP_APPLY or OP_NOOP: each
-    the op code (``rows`` false) or a tuple that starts with it."""
-    cdef object r
-    cdef int code
-    for r in results:
-        code = (<tuple>r)[0] if rows else r
-        if code != DS_OP_APPLY and code != DS_OP_NOOP:
-            return False
-    return True
 
 
 def complete_batch(Space space, list order, list keys, list tokens, list outcomes, int64_t now,

@@ -1,36 +1,42 @@
-# Included at the end of _native.pyx: the per-call path of the store's
-# claim() (dedupstore/store.py's DedupStore subclasses StoreCore) and the
-# verdict it returns (dedupstore/verdicts.py's ClaimResult subclasses
-# ClaimCore). In Python, claim()'s own lines, its frame and the verdict's
-# __init__ cost about as much as the native work under them; here they are
-# C, which hands the rare cases (a namespace not yet looked up, a closed
-# store, a partition with no window, a lease or event time given in another
-# form) back to the Python functions bound by bind_store().
+# Included at the end of _native.pyx: the per-call path of the store
+# (dedupstore/store.py's DedupStore subclasses StoreCore, its _Namespace
+# NamespaceCore) and the verdicts it returns (dedupstore/verdicts.py's
+# ClaimResult subclasses ClaimCore, BatchResult BatchCore). In Python, the
+# calls' own lines, their frames and the verdicts' construction cost about
+# as much as the native work under them; here they are C, which hands the
+# rare cases (a namespace not yet looked up, a closed store, a partition
+# whose window cannot take the call, a lease or event time given in another
+# form, a lease error) back to the Python functions bound by bind_store()
+# and the subclass's methods.
 
 #: bind_store()'s arguments, read at each call.
 cdef object _claim_cls = None      # verdicts.ClaimResult
+cdef object _batch_cls = None      # verdicts.BatchResult
+cdef object _record_of = None      # verdicts.Record.from_raw
 cdef tuple _status_by_code = None  # verdicts.STATUS_BY_CODE
 cdef bint _leased[8]               # verdicts.LEASED_CODES
 cdef object _small_bytes = None    # store._small_bytes
 cdef object _lease_us = None       # store._lease_us
 cdef object _time_us_slow = None   # store._time_us
-cdef Py_ssize_t _max_claimant = 0, _max_event_id = 0
+cdef Py_ssize_t _max_claimant = 0, _max_event_id = 0, _max_batch = 0
 
 
-def bind_store(claim_cls, tuple status_by_code, tuple leased_codes, small_bytes, lease_us, time_us_slow,
-               Py_ssize_t max_claimant, Py_ssize_t max_event_id) -> None:
-    """Called once by dedupstore/store.py with what claim() uses of it and
+def bind_store(claim_cls, batch_cls, record_of, tuple status_by_code, tuple leased_codes, small_bytes,
+               lease_us, time_us_slow, Py_ssize_t max_claimant, Py_ssize_t max_event_id,
+               Py_ssize_t max_batch) -> None:
+    """Called once by dedupstore/store.py with what the calls use of it and
     of dedupstore/verdicts.py."""
-    global _claim_cls, _status_by_code, _small_bytes, _lease_us, _time_us_slow, _max_claimant, _max_event_id
-    if not issubclass(claim_cls, ClaimCore):
-        raise TypeError("bind_store() needs a ClaimCore subclass")
+    global _claim_cls, _batch_cls, _record_of, _status_by_code, _small_bytes, _lease_us, _time_us_slow
+    global _max_claimant, _max_event_id, _max_batch
+    if not issubclass(claim_cls, ClaimCore) or not issubclass(batch_cls, BatchCore):
+        raise TypeError("bind_store() needs a ClaimCore and a BatchCore subclass")
     if len(status_by_code) != len(leased_codes) or len(leased_codes) > 8:
         raise ValueError("bind_store() needs one lease flag per status code (at most 8)")
     for i, flag in enumerate(leased_codes):
         _leased[i] = flag
-    _claim_cls, _status_by_code = claim_cls, status_by_code
+    _claim_cls, _batch_cls, _record_of, _status_by_code = claim_cls, batch_cls, record_of, status_by_code
     _small_bytes, _lease_us, _time_us_slow = small_bytes, lease_us, time_us_slow
-    _max_claimant, _max_event_id = max_claimant, max_event_id
+    _max_claimant, _max_event_id, _max_batch = max_claimant, max_event_id, max_batch
 
 
 cdef class ClaimCore:
@@ -52,12 +58,17 @@ cdef class ClaimCore:
         self._record = None
 
 
-cdef object _verdict(tuple res, object namespace, bytes kb, int64_t now):
-    # The ClaimResult of a verdict tuple (Space.claim's), as
-    # ClaimResult(status, token, retry_after, namespace, key, raw, gen, now).
+cdef inline int _code_of(tuple res) except -1:
     cdef int code = res[0]
     if not 0 <= code < len(_status_by_code):
         raise ValueError(f"verdict code {code} is not a status")
+    return code
+
+
+cdef object _verdict(tuple res, object namespace, bytes kb, int64_t now):
+    # The ClaimResult of verdict tuple ``res`` (Space.claim's), as
+    # ClaimResult(status, token, retry_after, namespace, key, raw, gen, now).
+    cdef int code = _code_of(res)
     cdef ClaimCore r = ClaimCore.__new__(_claim_cls)
     r.status = _status_by_code[code]
     r.token = res[1] if _leased[code] else None
@@ -70,15 +81,78 @@ cdef object _verdict(tuple res, object namespace, bytes kb, int64_t now):
     return r
 
 
-def claim_result(tuple res, object namespace, bytes kb, int64_t now):
-    """The ClaimResult of verdict tuple ``res`` for (namespace, kb) at ``now``."""
-    return _verdict(res, namespace, kb, now)
+cdef class BatchCore:
+    """A batch's verdicts' fields (dedupstore/verdicts.py's BatchResult
+    documents them and adds the sequence methods)."""
+
+    cdef public list _results, _statuses, _tokens, _retry
+    cdef public object _make
+
+
+cdef class _Verdicts:
+    # A batch's BatchResult._make: key i's ClaimResult, made on first use.
+    cdef list results, kbs
+    cdef object namespace
+    cdef int64_t now
+
+    def __call__(self, Py_ssize_t i):
+        return _verdict(<tuple>self.results[i], self.namespace, <bytes>self.kbs[i], self.now)
+
+
+cdef object _batch_result(list results, object namespace, list kbs, int64_t now, list counts):
+    # claim_many's BatchResult of its verdict tuples, tallied in ``counts``:
+    # the columns made in one pass, a key's ClaimResult on first access.
+    _tally(results, counts)
+    cdef Py_ssize_t i, n = len(results)
+    cdef list statuses = [None] * n
+    cdef list tokens = [None] * n
+    cdef list retry = [None] * n
+    cdef tuple res
+    cdef int code
+    for i in range(n):
+        res = <tuple>results[i]
+        code = _code_of(res)
+        statuses[i] = _status_by_code[code]
+        if _leased[code]:
+            tokens[i] = res[1]
+        elif code == DS_IN_PROGRESS:
+            retry[i] = res[2] / 1e6
+    cdef _Verdicts make = _Verdicts.__new__(_Verdicts)
+    make.results, make.kbs, make.namespace, make.now = results, kbs, namespace, now
+    cdef BatchCore out = BatchCore.__new__(_batch_cls)
+    out._results, out._statuses, out._tokens, out._retry, out._make = [None] * n, statuses, tokens, retry, make
+    return out
+
+
+cdef bint _all_applied(list results, bint rows) except -1:
+    # Whether every one of a batch's results is OP_APPLY or OP_NOOP: each
+    # the op code (``rows`` false) or a tuple that starts with it.
+    cdef object r
+    cdef int code
+    for r in results:
+        code = (<tuple>r)[0] if rows else r
+        if code != DS_OP_APPLY and code != DS_OP_NOOP:
+            return False
+    return True
+
+
+cdef class NamespaceCore:
+    """A namespace's fields as the calls read them (dedupstore/store.py's
+    _Namespace sets them)."""
+
+    cdef public object config
+    cdef public list spaces
+    cdef public int64_t lease_us
+    cdef public tuple fields
+    cdef public Py_ssize_t max_outcome
+    cdef public bytes prefix
 
 
 cdef class StoreCore:
-    """The state claim() touches, and claim(). The attributes are the
-    store's own (dedupstore/store.py's DedupStore sets them in _init); the
-    subclass keeps every other one in its __dict__."""
+    """The state the per-call methods touch, and those methods: claim,
+    claim_many, complete, complete_many, release, release_many. The
+    attributes are the store's own (dedupstore/store.py's DedupStore sets
+    them in _init); the subclass keeps every other one in its __dict__."""
 
     cdef public object _dead
     cdef public dict _ns
@@ -89,46 +163,173 @@ cdef class StoreCore:
     cdef public list _counts
     cdef public uint32_t _nparts
 
+    cdef NamespaceCore _ns_of(self, object name):
+        # As DedupStore._live_namespace: a closed store or a namespace not
+        # yet looked up goes to the Python method.
+        cdef object ns = self._ns.get(name)
+        if ns is None or self._dead is not None:
+            ns = self._live_namespace(name)
+        return <NamespaceCore?>ns
+
+    cdef inline int64_t _now(self) except? -1:
+        # As DedupStore._now_us.
+        return <int64_t>(<double>self._clock() * 1e6)
+
+    cdef inline uint32_t _route(self, NamespaceCore ns, bytes kb):
+        cdef char buf[2 + C_MAX_KEY_BYTES]
+        memcpy(buf, PyBytes_AS_STRING(ns.prefix), 2)
+        return self._hasher._route(buf, kb, self._nparts)
+
+    cdef object _one(self, int kind, NamespaceCore ns, uint32_t p, bytes kb, object a, object b, int64_t now,
+                     int64_t lease, int64_t event_time, object claimant, object event_id):
+        # One key's op (_one_in's kinds) in partition p's write-behind
+        # window; if it has none, or it cannot take the call, the ordinary
+        # way (DedupStore._unwindowed).
+        cdef object window = self._windows[p] if self._windows is not None else self._parts[p].window
+        cdef object res = _CLOSED
+        if window is not None:
+            res = _one_in(<WindowCore?>window, kind, <Space?>ns.spaces[p], kb, a, b, now, lease, event_time,
+                          claimant, event_id)
+        if res is _CLOSED:
+            res = self._unwindowed(kind, self._parts[p], ns.spaces[p], kb, a, b, now, lease, event_time,
+                                   claimant, event_id)
+        return res
+
+    cdef int _write_batch(self, int kind, NamespaceCore ns, dict groups, list kbs, object a, object b,
+                          int64_t now, int64_t lease, object event_times, object claimant,
+                          list results) except -1:
+        # A batch call's writes (_write_windows' kinds) of the keys of each
+        # partition in ``groups``. Flush mode runs them in the partitions'
+        # write-behind windows; the partitions whose window could not take
+        # the call, and every partition in sync mode, go to
+        # DedupStore._write_rest, which also raises the first error. Every
+        # partition is written even if one fails.
+        cdef list left
+        cdef object first = None
+        if self._windows is not None:
+            left, first = _write_windows(self._windows, ns.spaces, groups, kind, kbs, a, b, now, lease,
+                                         event_times, claimant, results)
+        else:
+            left = list(groups)
+        if left or first is not None:
+            self._write_rest(kind, ns, groups, left, first, kbs, a, b, now, lease, event_times, claimant, results)
+        return 0
+
     def claim(self, namespace, key, intent=None, *, event_time=None, event_id=None, claimant=None, lease=None):
         """Ask whether the effect ``key`` in ``namespace`` may be performed.
 
         Returns a :class:`ClaimResult` whose ``status`` is one of
         :class:`Status` (SPEC section 3 lists what the caller does for each).
         """
-        cdef object ns = self._ns.get(namespace)
-        if ns is None or self._dead is not None:
-            ns = self._live_namespace(namespace)
+        cdef NamespaceCore ns = self._ns_of(namespace)
         cdef bytes kb = key_bytes(key)
-        cdef object digest = None
-        cdef bytes canon
-        if intent is not None:
-            canon = canonical_intent(intent, ns.fields)
-            if canon is not None:
-                digest = self._hasher._digest(canon)
-        cdef char buf[2 + C_MAX_KEY_BYTES]
-        cdef bytes prefix = ns.prefix
-        memcpy(buf, PyBytes_AS_STRING(prefix), 2)
-        cdef uint32_t pidx = self._hasher._route(buf, kb, self._nparts)
-        cdef object space = ns.spaces[pidx]
-        cdef int64_t now = <int64_t>(<double>self._clock() * 1e6)
+        cdef object digest = None if intent is None else self._hasher._intent_digest(intent, ns.fields)
+        cdef uint32_t p = self._route(ns, kb)
+        cdef int64_t now = self._now()
         cdef int64_t lease_us = ns.lease_us if lease is None else _lease_us(lease)
         cdef int64_t et = DS_NO_TIME if event_time is None else _time_us(event_time, _time_us_slow)
         cdef object cl = None if claimant is None else _small_bytes(claimant, "claimant", _max_claimant)
         cdef object eid = None if event_id is None else _small_bytes(event_id, "event_id", _max_event_id)
-        cdef object window = None
-        cdef object res = _wglobals["CLOSED"]
-        if self._windows is not None:
-            window = self._windows[pidx]
-        else:
-            window = self._parts[pidx].window
-        if window is not None:
-            # Decided against this process's unapplied writes, logged, no
-            # transaction: no read-only pass first either (as window.run of
-            # space.claim).
-            res = claim_in(window, space, kb, digest, now, lease_us, et, cl, eid)
-        if res is _wglobals["CLOSED"]:
-            res = self._claim_unwindowed(self._parts[pidx], space, kb, digest, now, lease_us, et, cl, eid)
-        # No lock: the native tally holds the GIL throughout and calls no
-        # Python code, so it is atomic for every other thread.
+        # In a window: decided against this process's unapplied writes,
+        # logged, no transaction, so no read-only pass first either.
+        cdef tuple res = self._one(C_BATCH_CLAIM, ns, p, kb, digest, None, now, lease_us, et, cl, eid)
+        # No lock: the native tally (here and in claim_many's) holds the GIL
+        # throughout and calls no Python code, so it is atomic for every
+        # other thread.
         _tally((res,), self._counts)
         return _verdict(res, namespace, kb, now)
+
+    def claim_many(self, namespace, keys, intents=None, *, event_times=None, claimant=None):
+        """Claim many keys at once: one transaction per partition touched,
+        partitions written one after another; verdicts in input order."""
+        cdef NamespaceCore ns = self._ns_of(namespace)
+        cdef Py_ssize_t n = len(keys)
+        if n > _max_batch:
+            raise InvalidInputError(f"claim_many takes at most {_max_batch} keys per call; got {n}")
+        if intents is not None and len(intents) != n:
+            raise InvalidInputError(f"intents must have one entry per key ({n}); got {len(intents)}")
+        if event_times is not None and len(event_times) != n:
+            raise InvalidInputError(f"event_times must have one entry per key ({n}); got {len(event_times)}")
+        cdef list kbs
+        cdef dict groups
+        kbs, groups = self._hasher.route_keys(ns.prefix, keys, self._nparts)
+        cdef list digests = [None] * n if intents is None else self._hasher.intent_digests(intents, ns.fields)
+        cdef object ets = None if event_times is None else times_us(event_times, _time_us_slow)
+        cdef object cl = None if claimant is None else _small_bytes(claimant, "claimant", _max_claimant)
+        cdef int64_t now = self._now()
+        cdef list results = [None] * n
+        # Straight to the write transactions: a batch almost always writes
+        # something, and a partition whose keys all turn out to be duplicates
+        # commits nothing, so pays no fsync. A read-only pass first would
+        # probe every key twice.
+        self._write_batch(C_BATCH_CLAIM, ns, groups, kbs, digests, None, now, ns.lease_us, ets, cl, results)
+        return _batch_result(results, namespace, kbs, now, self._counts)
+
+    cdef tuple _leased_one(self, int kind, object namespace, object key, object token, object outcome):
+        # complete() (``kind`` C_BATCH_COMPLETE) or release(): (its result,
+        # the key as bytes, the time it ran at); a lease error is raised.
+        cdef NamespaceCore ns = self._ns_of(namespace)
+        cdef bytes kb = key_bytes(key)
+        cdef object tok = check_token(token)
+        cdef uint32_t p = self._route(ns, kb)
+        cdef object out = None
+        if kind == C_BATCH_COMPLETE:
+            out = checked_outcome(outcome, ns.max_outcome, namespace)
+        cdef int64_t now = self._now()
+        cdef object res = self._one(kind, ns, p, kb, tok, out, now, 0, DS_NO_TIME, None, None)
+        cdef int rc = (<tuple>res)[0] if kind == C_BATCH_COMPLETE else res
+        if rc != DS_OP_APPLY and rc != DS_OP_NOOP:
+            err = self._lease_error(namespace, kb, tok, rc)
+            if err is not None:
+                raise err
+        return res, kb, now
+
+    def complete(self, namespace, key, token, outcome=b""):
+        """Record ``outcome`` for the effect and end the lease.
+
+        Raises :class:`LeaseLostError` (changing nothing) when ``token`` is not
+        the current lease. Repeating a successful call is a no-op.
+        """
+        res, kb, now = self._leased_one(C_BATCH_COMPLETE, namespace, key, token, outcome)
+        _, raw, gen = res
+        return _record_of(namespace, kb, gen, raw, now)
+
+    def release(self, namespace, key, token):
+        """Remove the claim: only when the caller knows no effect happened."""
+        self._leased_one(C_BATCH_RELEASE, namespace, key, token, None)
+
+    cdef list _leased_many(self, int kind, object namespace, object items, str what):
+        # complete_many (``kind`` C_BATCH_COMPLETE: (key, token, outcome)
+        # items) or release_many ((key, token) items).
+        cdef NamespaceCore ns = self._ns_of(namespace)
+        cdef Py_ssize_t n = len(items)
+        if n > _max_batch:
+            raise InvalidInputError(f"{what} takes at most {_max_batch} items per call; got {n}")
+        cdef bint completes = kind == C_BATCH_COMPLETE
+        cdef list kbs, toks
+        cdef object outs
+        cdef dict groups
+        kbs, toks, outs, groups = self._hasher.route_leased(
+            ns.prefix, items, self._nparts, ns.max_outcome if completes else -1, namespace
+        )
+        cdef int64_t now = self._now()
+        cdef list results = [None] * n
+        self._write_batch(kind, ns, groups, kbs, toks, outs, now, 0, None, None, results)
+        if _all_applied(results, completes):
+            return [None] * n
+        return self._lease_errors(namespace, kbs, toks, [res[0] for res in results] if completes else results)
+
+    def complete_many(self, namespace, items):
+        """Complete many leases at once: ``items`` are (key, token, outcome).
+
+        One transaction per partition touched. Returns, in input order, None
+        for each item applied and, for an item whose token does not hold the
+        lease, the LeaseLostError that ``complete`` would have raised (that
+        item changed nothing; the others are applied).
+        """
+        return self._leased_many(C_BATCH_COMPLETE, namespace, items, "complete_many")
+
+    def release_many(self, namespace, items):
+        """Release many leases at once: ``items`` are (key, token). Results as
+        for :meth:`complete_many`."""
+        return self._leased_many(C_BATCH_RELEASE, namespace, items, "release_many")

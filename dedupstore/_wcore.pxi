@@ -1,8 +1,8 @@
 # Included at the end of _native.pyx: the per-call path of a write-behind
 # window (dedupstore/window.py's Window, which subclasses WindowCore). Every
-# call the window takes goes through run(), or (the batch calls, claim())
-# through write_windows() and claim_in(), which share its _enter() and
-# _leave(). Most of what run() did in Python was bookkeeping around one
+# call the window takes goes through run(), or (the store's calls, from
+# _score.pxi) through _write_windows() and _one_in(), which share its
+# _enter() and _leave(). Most of what run() did in Python was bookkeeping around one
 # native op: here it is C, which hands the rare cases (opening the window, a
 # failed log write, a full overlay, an apply that is due) back to the Python
 # methods.
@@ -17,15 +17,18 @@ cdef inline double _monotonic():
     return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
-#: dedupstore/window.py's globals (bind_window): CLOSED, MAX_PENDING and
-#: BUSY_S are read there at each call, as the module's own code would.
+#: dedupstore/window.py's globals (bind_window): MAX_PENDING and BUSY_S
+#: are read there at each call, as the module's own code would.
 cdef dict _wglobals = None
+#: window.CLOSED, which never changes.
+cdef object _CLOSED = None
 
 
 def bind_window(dict module_globals) -> None:
     """Called once by dedupstore/window.py with its globals()."""
-    global _wglobals
+    global _wglobals, _CLOSED
     _wglobals = module_globals
+    _CLOSED = module_globals["CLOSED"]
 
 
 cdef class WindowCore:
@@ -51,7 +54,7 @@ cdef class WindowCore:
         cdef object result
         cdef Overlay ov = self._enter()
         if ov is None:
-            return _wglobals["CLOSED"]
+            return _CLOSED
         try:
             result = op(ov)
         except BaseException:
@@ -61,7 +64,7 @@ cdef class WindowCore:
                 self.lock.release()
             raise
         if not self._leave(ov, sync):
-            return _wglobals["CLOSED"]
+            return _CLOSED
         return result
 
     cdef Overlay _enter(self):
@@ -155,8 +158,8 @@ cdef enum:
 BATCH_CLAIM, BATCH_COMPLETE, BATCH_RELEASE = C_BATCH_CLAIM, C_BATCH_COMPLETE, C_BATCH_RELEASE
 
 
-def write_windows(list windows, list spaces, dict groups, int kind, list keys, object a, object b,
-                  int64_t now, int64_t lease, object event_times, object claimant, list results):
+cdef tuple _write_windows(list windows, list spaces, dict groups, int kind, list keys, object a, object b,
+                          int64_t now, int64_t lease, object event_times, object claimant, list results):
     """A batch's partitions in their write-behind windows, flush mode, one
     after another, as the store's Window.run of claim_batch (``kind``
     BATCH_CLAIM: ``a`` the digests), complete_batch (BATCH_COMPLETE: ``a``
@@ -205,24 +208,29 @@ def write_windows(list windows, list spaces, dict groups, int kind, list keys, o
     return left, first
 
 
-def claim_in(object window, Space space, bytes key, object digest, int64_t now, int64_t lease,
-             int64_t event_time, object claimant, object event_id):
-    """``space.claim(overlay, ..., write=True)`` of one key under partition's
-    write-behind ``window`` (a WindowCore), as its run() of that claim
-    would: the verdict tuple, or window.CLOSED (nothing ran)."""
-    cdef WindowCore wc = <WindowCore?>window
+cdef object _one_in(WindowCore wc, int kind, Space space, bytes key, object a, object b, int64_t now,
+                    int64_t lease, int64_t event_time, object claimant, object event_id):
+    # One key's ``kind`` of op under partition's write-behind window ``wc``,
+    # as its run() of that op would: a claim (``a`` the digest), a
+    # completion (``a`` the token, ``b`` the outcome) or a release (``a``
+    # the token); its result, or window.CLOSED (nothing ran).
     cdef Overlay ov = wc._enter()
     cdef object res
     if ov is None:
-        return _wglobals["CLOSED"]
+        return _CLOSED
     try:
-        res = space._claim_one(ov, key, digest, now, lease, event_time, claimant, event_id, True)
+        if kind == C_BATCH_CLAIM:
+            res = space._claim_one(ov, key, a, now, lease, event_time, claimant, event_id, True)
+        elif kind == C_BATCH_COMPLETE:
+            res = space.complete(ov, key, a, b, now)
+        else:
+            res = space.release(ov, key, a, now)
     except BaseException:
         try:
             ov.rollback()
         finally:
             wc.lock.release()
         raise
-    if not wc._leave(ov, True, True):
-        return _wglobals["CLOSED"]
+    if not wc._leave(ov, True, kind == C_BATCH_CLAIM):
+        return _CLOSED
     return res

@@ -207,7 +207,7 @@ def _batch_op(
     kind: int, space: _native.Space, order: list[int], kbs: list[bytes], a: list[Any], b: list[Any] | None,
     now: int, lease_us: int, ets: list[int | None] | None, cl: bytes | None, results: list[Any],
 ) -> Callable[[Any], Any]:
-    """DedupStore._write_batch's op for one partition: the batch function of
+    """DedupStore._write_rest's op for one partition: the batch function of
     ``kind`` over its indexes ``order``, taking the transaction."""
     if kind == _native.BATCH_CLAIM:
         return partial(_claim_batch, space, order, kbs, a, now, lease_us, ets, cl, results, True)
@@ -370,10 +370,10 @@ class _Partition:
         return sp
 
 
-class _Namespace:
+class _Namespace(_native.NamespaceCore):
     """A registered namespace as this handle uses it: config plus one Space per partition."""
 
-    __slots__ = ("config", "spaces", "lease_us", "fields", "max_outcome", "prefix")
+    __slots__ = ()
 
     def __init__(self, config: NamespaceConfig, parts: Sequence[_Partition]) -> None:
         self.config = config
@@ -532,7 +532,7 @@ class DedupStore(_native.StoreCore):
             raise
         self._nparts = len(self._parts)
         #: flush mode: each partition's write-behind window (None: it has
-        #: none), for the batch calls' windowed path in C (_write_batch).
+        #: none), for the batch calls' windowed path in C (StoreCore._write_batch).
         self._windows: list[Window | None] | None = (
             [p.window for p in self._parts] if self._journal is None else None
         )
@@ -821,58 +821,24 @@ class DedupStore(_native.StoreCore):
 
     # ------------------------------------------------------------------- claims
 
-    def _claim_unwindowed(
-        self, part: _Partition, space: Any, kb: bytes, digest: bytes | None, now: int, lease_us: int, et: int,
+    def _unwindowed(
+        self, kind: int, part: _Partition, space: Any, kb: bytes, a: Any, b: Any, now: int, lease_us: int, et: int,
         cl: bytes | None, eid: bytes | None,
     ) -> Any:
-        # claim() (StoreCore's) of a partition whose window could not take
-        # the call, or that has none: a read-only pass first (a duplicate
-        # commits nothing), then the write in the partition's group commit.
-        with part.reader() as txn:
-            res = space.claim(txn, kb, digest, now, lease_us, et, cl, eid, False)
-        if res is None:
-            res = self._commit(part, lambda txn: space.claim(txn, kb, digest, now, lease_us, et, cl, eid, True))
-        return res
-
-    def claim_many(
-        self,
-        namespace: str,
-        keys: Sequence[bytes | str],
-        intents: Sequence[object] | None = None,
-        *,
-        event_times: Sequence[float | _dt.datetime | None] | None = None,
-        claimant: bytes | str | None = None,
-    ) -> BatchResult:
-        """Claim many keys at once: one transaction per partition touched,
-        partitions written one after another; verdicts in input order."""
-        ns = self._live_namespace(namespace)
-        n = len(keys)
-        if n > MAX_BATCH:
-            raise InvalidInputError(f"claim_many takes at most {MAX_BATCH} keys per call; got {n}")
-        if intents is not None and len(intents) != n:
-            raise InvalidInputError(f"intents must have one entry per key ({n}); got {len(intents)}")
-        if event_times is not None and len(event_times) != n:
-            raise InvalidInputError(f"event_times must have one entry per key ({n}); got {len(event_times)}")
-        kbs, groups = self._hasher.route_keys(ns.prefix, keys, self._nparts)
-        digests = [None] * n if intents is None else self._hasher.intent_digests(intents, ns.fields)
-        ets = None
-        if event_times is not None:
-            ets = _native.times_us(event_times, _time_us)
-        cl = None if claimant is None else _small_bytes(claimant, "claimant", MAX_CLAIMANT_BYTES)
-        now = self._now_us()
-        lease_us = ns.lease_us
-        results: list[Any] = [None] * n
-        # Straight to the write transactions: a batch almost always writes
-        # something, and a partition whose keys all turn out to be duplicates
-        # commits nothing, so pays no fsync. A read-only pass first would probe
-        # every key twice.
-        self._write_batch(_native.BATCH_CLAIM, ns, groups, kbs, digests, None, now, lease_us, ets, cl, results)
-        # Tallied as the columns are made (see claim()).
-        statuses, tokens, retry = _native.batch_columns(results, STATUS_BY_CODE, LEASED_CODES, self._counts)
-        result = _native.claim_result
-        return BatchResult.of_columns(
-            statuses, tokens, retry, lambda i: result(results[i], namespace, kbs[i], now)
-        )
+        """One key's op (StoreCore's _one) in a partition whose window could
+        not take the call, or that has none: a claim (``a`` the digest) with
+        a read-only pass first (a duplicate commits nothing), a completion
+        (``a`` the token, ``b`` the outcome) or a release (``a`` the token),
+        each written in the partition's group commit."""
+        if kind == _native.BATCH_CLAIM:
+            with part.reader() as txn:
+                res = space.claim(txn, kb, a, now, lease_us, et, cl, eid, False)
+            if res is None:
+                res = self._commit(part, lambda txn: space.claim(txn, kb, a, now, lease_us, et, cl, eid, True))
+            return res
+        if kind == _native.BATCH_COMPLETE:
+            return self._commit(part, lambda txn: space.complete(txn, kb, a, b, now))
+        return self._commit(part, lambda txn: space.release(txn, kb, a, now))
 
     def _commit(self, part: _Partition, op: Callable[[Any], Any]) -> Any:
         """Run a single-key durable write op in ``part``'s group commit (in
@@ -885,25 +851,17 @@ class DedupStore(_native.StoreCore):
             return part.committer.run(op)
         return self._committer.run_in(part.committer, op)
 
-    def _write_batch(
-        self, kind: int, ns: _Namespace, groups: dict[int, list[int]], kbs: list[bytes], a: list[Any],
-        b: list[Any] | None, now: int, lease_us: int, ets: list[int | None] | None, cl: bytes | None,
-        results: list[Any],
+    def _write_rest(
+        self, kind: int, ns: _Namespace, groups: dict[int, list[int]], left: list[int], first: BaseException | None,
+        kbs: list[bytes], a: list[Any], b: list[Any] | None, now: int, lease_us: int, ets: list[int | None] | None,
+        cl: bytes | None, results: list[Any],
     ) -> None:
-        """A batch call's writes: ``kind`` (_native.BATCH_*: claim_batch with
-        ``a`` the digests, complete_batch with ``a`` the tokens and ``b`` the
-        outcomes, or release_batch with ``a`` the tokens) of the keys of each
-        partition in ``groups``, by _write_partitions. Flush mode runs them in
-        the partitions' write-behind windows in C (_native.write_windows),
-        and only the partitions whose window could not take the call by
-        _write_partitions. Every partition is written even if one fails; the
-        first error is raised."""
-        if self._windows is not None:
-            left, first = _native.write_windows(
-                self._windows, ns.spaces, groups, kind, kbs, a, b, now, lease_us, ets, cl, results
-            )
-        else:
-            left, first = list(groups), None
+        """What StoreCore's _write_batch leaves of a batch call: the writes
+        (``kind`` _native.BATCH_*: claim_batch with ``a`` the digests,
+        complete_batch with ``a`` the tokens and ``b`` the outcomes, or
+        release_batch with ``a`` the tokens) of the partitions ``left`` of
+        ``groups`` by _write_partitions, then the first error (``first``, one
+        of the windowed partitions', else theirs) raised."""
         if left:
             args = (kbs, a, b, now, lease_us, ets, cl, results)
             try:
@@ -976,25 +934,6 @@ class DedupStore(_native.StoreCore):
         pidx = self._hasher.route(ns.prefix, kb, self._nparts)
         return ns, kb, tok, self._parts[pidx]
 
-    def _outcome(self, ns: _Namespace, namespace: str, outcome: object) -> bytes:
-        return _native.checked_outcome(outcome, ns.max_outcome, namespace)
-
-    def complete(self, namespace: str, key: bytes | str, token: int, outcome: bytes | str = b"") -> Record:
-        """Record ``outcome`` for the effect and end the lease.
-
-        Raises :class:`LeaseLostError` (changing nothing) when ``token`` is not
-        the current lease. Repeating a successful call is a no-op.
-        """
-        ns, kb, tok, part = self._leased_op(namespace, key, token)
-        out = self._outcome(ns, namespace, outcome)
-        space = ns.spaces[part.index]
-        now = self._now_us()
-        rc, raw, gen = self._commit(part, lambda txn: space.complete(txn, kb, tok, out, now))
-        err = self._lease_error(namespace, kb, tok, rc)
-        if err is not None:
-            raise err
-        return Record.from_raw(namespace, kb, gen, raw, now)
-
     @classmethod
     def _lease_errors(
         cls, namespace: str, kbs: list[bytes], toks: list[int], codes: list[int]
@@ -1014,58 +953,6 @@ class DedupStore(_native.StoreCore):
                 f"{namespace}/{kb!r}: already completed with token {tok} and a different outcome; nothing was changed"
             )
         return None
-
-    def _fan_out(
-        self, namespace: str, items: Sequence[tuple[Any, ...]], what: str, outcomes: bool
-    ) -> tuple[_Namespace, list[bytes], list[int], list[bytes] | None, dict[int, list[int]]]:
-        """Validate a batch of leased operations, (key, token, outcome) items
-        or (key, token) ones, and group it by partition."""
-        ns = self._live_namespace(namespace)
-        if len(items) > MAX_BATCH:
-            raise InvalidInputError(f"{what} takes at most {MAX_BATCH} items per call; got {len(items)}")
-        kbs, toks, outs, groups = self._hasher.route_leased(
-            ns.prefix, items, self._nparts, ns.max_outcome if outcomes else -1, namespace
-        )
-        return ns, kbs, toks, outs, groups
-
-    def complete_many(
-        self, namespace: str, items: Sequence[tuple[bytes | str, int, bytes | str]]
-    ) -> list[LeaseLostError | None]:
-        """Complete many leases at once: ``items`` are (key, token, outcome).
-
-        One transaction per partition touched. Returns, in input order, None
-        for each item applied and, for an item whose token does not hold the
-        lease, the LeaseLostError that ``complete`` would have raised (that
-        item changed nothing; the others are applied).
-        """
-        ns, kbs, toks, outs, groups = self._fan_out(namespace, items, "complete_many", True)
-        assert outs is not None
-        now = self._now_us()
-        results: list[Any] = [None] * len(items)
-        self._write_batch(_native.BATCH_COMPLETE, ns, groups, kbs, toks, outs, now, 0, None, None, results)
-        if _native.all_applied(results):
-            return [None] * len(results)
-        return self._lease_errors(namespace, kbs, toks, [res[0] for res in results])
-
-    def release_many(self, namespace: str, items: Sequence[tuple[bytes | str, int]]) -> list[LeaseLostError | None]:
-        """Release many leases at once: ``items`` are (key, token). Results as
-        for :meth:`complete_many`."""
-        ns, kbs, toks, _, groups = self._fan_out(namespace, items, "release_many", False)
-        now = self._now_us()
-        results: list[Any] = [None] * len(items)
-        self._write_batch(_native.BATCH_RELEASE, ns, groups, kbs, toks, None, now, 0, None, None, results)
-        if _native.all_applied(results, False):
-            return [None] * len(results)
-        return self._lease_errors(namespace, kbs, toks, results)
-
-    def release(self, namespace: str, key: bytes | str, token: int) -> None:
-        """Remove the claim: only when the caller knows no effect happened."""
-        ns, kb, tok, part = self._leased_op(namespace, key, token)
-        space = ns.spaces[part.index]
-        now = self._now_us()
-        err = self._lease_error(namespace, kb, tok, self._commit(part, lambda txn: space.release(txn, kb, tok, now)))
-        if err is not None:
-            raise err
 
     def renew(self, namespace: str, key: bytes | str, token: int, lease: float | str | None = None) -> Record:
         """Extend the lease to ``lease`` (default: the namespace's) from now."""
@@ -1433,5 +1320,6 @@ class DedupStore(_native.StoreCore):
 
 
 _native.bind_store(
-    ClaimResult, STATUS_BY_CODE, LEASED_CODES, _small_bytes, _lease_us, _time_us, MAX_CLAIMANT_BYTES, MAX_EVENT_ID_BYTES
+    ClaimResult, BatchResult, Record.from_raw, STATUS_BY_CODE, LEASED_CODES, _small_bytes, _lease_us, _time_us,
+    MAX_CLAIMANT_BYTES, MAX_EVENT_ID_BYTES, MAX_BATCH,
 )

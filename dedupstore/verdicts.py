@@ -183,7 +183,7 @@ class ClaimResult(_native.ClaimCore):
         return f"ClaimResult({self.status.name}, {self.namespace}/{self.key!r}{extra})"
 
 
-class BatchResult(Sequence[ClaimResult]):
+class BatchResult(_native.BatchCore, Sequence[ClaimResult]):
     """Per-key verdicts of ``claim_many``, in input order.
 
     Built lazily: the columns (``statuses``, ``tokens``, ``retry_after``) are
@@ -192,7 +192,8 @@ class BatchResult(Sequence[ClaimResult]):
     a thousand objects.
     """
 
-    __slots__ = ("_results", "_make", "_statuses", "_tokens", "_retry")
+    # The fields are BatchCore's: claim_many makes this in C.
+    __slots__ = ()
 
     def __init__(
         self,
@@ -206,7 +207,7 @@ class BatchResult(Sequence[ClaimResult]):
         """Either ``results``, or the three columns and ``make(i)``, which
         builds key i's result."""
         if results is not None:
-            self._results: list[ClaimResult | None] = list(results)
+            self._results = list(results)
             self._make = None
             self._statuses = [r.status for r in results]
             self._tokens = [r.token for r in results]
@@ -219,24 +220,6 @@ class BatchResult(Sequence[ClaimResult]):
             self._statuses = statuses
             self._tokens = tokens
             self._retry = retry_after
-
-    @classmethod
-    def of_columns(
-        cls,
-        statuses: list[Status],
-        tokens: list[int | None],
-        retry_after: list[float | None],
-        make: Callable[[int], ClaimResult],
-    ) -> BatchResult:
-        """``BatchResult(statuses=..., tokens=..., retry_after=..., make=...)``
-        without the keyword handling: the store's claim_many, on every call."""
-        self = cls.__new__(cls)
-        self._results = [None] * len(statuses)
-        self._make = make
-        self._statuses = statuses
-        self._tokens = tokens
-        self._retry = retry_after
-        return self
 
     def __len__(self) -> int:
         return len(self._statuses)

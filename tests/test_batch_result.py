@@ -7,7 +7,7 @@ import pytest
 from dedupstore import BatchResult, ClaimResult, DedupStore, Status
 
 
-def _lazy(n: int, built: list[int], of_columns: bool = False) -> BatchResult:
+def _lazy(n: int, built: list[int]) -> BatchResult:
     statuses = [Status.NEW if i % 2 == 0 else Status.DUPLICATE for i in range(n)]
     tokens: list[int | None] = [i + 100 if i % 2 == 0 else None for i in range(n)]
 
@@ -15,15 +15,12 @@ def _lazy(n: int, built: list[int], of_columns: bool = False) -> BatchResult:
         built.append(i)
         return ClaimResult.from_record(statuses[i], tokens[i], None, "ns", f"k{i}".encode(), None)
 
-    if of_columns:  # claim_many's constructor
-        return BatchResult.of_columns(statuses, tokens, [None] * n, make)
     return BatchResult(statuses=statuses, tokens=tokens, retry_after=[None] * n, make=make)
 
 
-@pytest.mark.parametrize("of_columns", [False, True])
-def test_columns_and_counts_build_no_results(of_columns: bool) -> None:
+def test_columns_and_counts_build_no_results() -> None:
     built: list[int] = []
-    b = _lazy(5, built, of_columns)
+    b = _lazy(5, built)
     assert len(b) == 5
     assert b.counts()[Status.NEW] == 3 and b.counts()[Status.DUPLICATE] == 2
     assert b.tokens == [100, None, 102, None, 104]
@@ -31,10 +28,9 @@ def test_columns_and_counts_build_no_results(of_columns: bool) -> None:
     assert built == []
 
 
-@pytest.mark.parametrize("of_columns", [False, True])
-def test_items_are_built_once_on_access_with_python_indexing(of_columns: bool) -> None:
+def test_items_are_built_once_on_access_with_python_indexing() -> None:
     built: list[int] = []
-    b = _lazy(5, built, of_columns)
+    b = _lazy(5, built)
     assert b[-1].key == b"k4" and b[-1] is b[4]
     assert [r.key for r in b[1:4:2]] == [b"k1", b"k3"]
     assert [r.token for r in b] == b.tokens
@@ -49,11 +45,16 @@ def test_a_partial_constructor_is_refused() -> None:
         BatchResult(statuses=[Status.NEW])
 
 
-def test_claim_many_columns_match_its_results(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    with DedupStore.open(tmp_path / "s", eviction_rate=0) as store:
+@pytest.mark.parametrize("durability", ["sync", "flush"])
+def test_claim_many_columns_match_its_results(tmp_path, durability: str) -> None:  # type: ignore[no-untyped-def]
+    # claim_many's BatchResult is made in C (_native's _batch_result), its
+    # ClaimResults on first access.
+    with DedupStore.open(tmp_path / "s", eviction_rate=0, durability=durability) as store:
         store.ensure_namespace("ns", lease="30s")
         store.claim_many("ns", ["a", "b"])
         batch = store.claim_many("ns", ["a", "c", "c"])
+        assert isinstance(batch, BatchResult) and batch._results == [None] * 3  # noqa: SLF001 - none made yet
+        assert batch[1] is batch[-2] and isinstance(batch[1], ClaimResult) and batch[1].key == b"c"
         assert batch.statuses == [r.status for r in batch] == [Status.IN_PROGRESS, Status.NEW, Status.IN_PROGRESS]
         assert batch.tokens == [r.token for r in batch]
         assert batch.retry_after == [r.retry_after for r in batch]
