@@ -80,6 +80,12 @@ int ds_bloom_maybe(const ds_bloom *b, uint64_t h)
     return maybe_x(block_of(b->bits, b->nblocks, x), b->k, (uint32_t)x);
 }
 
+void ds_bloom_prefetch(const ds_bloom *b, uint64_t h)
+{
+    if (b->nblocks)
+        PREFETCH_R(block_of(b->bits, b->nblocks, remix(h)));
+}
+
 void ds_bloom_add_many(ds_bloom *b, const uint64_t *h, size_t n)
 {
     uint64_t ahead[PREFETCH_AHEAD];

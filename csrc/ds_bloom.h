@@ -153,6 +153,11 @@ void ds_bloom_add(ds_bloom *b, uint64_t h);
 /* 0: the key was certainly never added; 1: it may have been. b must be initialised. */
 int ds_bloom_maybe(const ds_bloom *b, uint64_t h);
 
+/* Start fetching the block ds_bloom_maybe(b, h) reads, and return at once: a
+ * key tested against several filters prefetches each first, so their cache
+ * misses overlap instead of following one another. */
+void ds_bloom_prefetch(const ds_bloom *b, uint64_t h);
+
 /* Bulk forms (they prefetch blocks a few keys ahead). out[i] = ds_bloom_maybe(b, h[i]);
  * ds_bloom_maybe_many returns the number of maybes. */
 void ds_bloom_add_many(ds_bloom *b, const uint64_t *h, size_t n);

@@ -639,6 +639,12 @@ cdef class LiveFilter:
                 return True
         return False
 
+    cdef void prefetch(self, uint64_t h):
+        # ds_bloom_prefetch of every filter (see Space._prefetch).
+        cdef BloomFilter bf
+        for bf in self.filters:
+            ds_bloom_prefetch(&bf.b, h)
+
     @property
     def nbytes(self) -> int:
         cdef BloomFilter bf
@@ -789,7 +795,7 @@ cdef class Space:
         return <uint32_t>(now // self.gen_len)
 
     cdef object _find(self, object get, bytes kb, bytes ukey, uint32_t top, uint32_t *found, bint pending=True,
-                      bint live_absent=False):
+                      bint live_absent=False, uint64_t h=0, bint hashed=False):
         """Probe generations from ``top`` down (completed records, under
         ``kb``), then, with ``pending``, the pending database (unresolved
         ones, under ``ukey``);
@@ -806,13 +812,12 @@ cdef class Space:
         look absent).
 
         ``live_absent``: the live filter rules the key out of every
-        generation from ``live_from`` on, which are then not probed."""
+        generation from ``live_from`` on, which are then not probed.
+        ``hashed``: ``h`` is the key's hash (_key_hash) already."""
         cdef uint32_t g = top
         cdef object raw, bf
         cdef bytes probe = kb
         cdef bint used = False
-        cdef uint64_t h = 0
-        cdef bint hashed = False
         cdef list bl
         cdef Py_ssize_t nbl
         if PyDict_Size(self.blooms) != self._bl_size:
@@ -912,6 +917,33 @@ cdef class Space:
         elif self.live_older and PyDict_Size(self.blooms) != self._live_blooms:
             self._prune_live()
         return self.live
+
+    cdef void _prefetch(self, uint64_t h, uint32_t top):
+        # Start fetching every block a new key's probe will test: the live
+        # filters' and the sealed filters' of generations top down to the
+        # oldest. Each filter test is then a cache hit, not one DRAM miss
+        # after another (a new key tests every filter: as many misses as
+        # there are filters, where the prefetches overlap them).
+        cdef LiveFilter lf
+        cdef object bf
+        cdef uint32_t g
+        if self.live is not None:
+            self.live.prefetch(h)
+            for lf in self.live_older:
+                lf.prefetch(h)
+        if PyDict_Size(self.blooms) != self._bl_size:
+            self._index_blooms()
+        cdef Py_ssize_t i, lo = 0, hi = len(self._bl)
+        if self.oldest > self._bl_base:
+            lo = self.oldest - self._bl_base
+        if top < self._bl_base:
+            return
+        if <Py_ssize_t>(top - self._bl_base) + 1 < hi:
+            hi = <Py_ssize_t>(top - self._bl_base) + 1
+        for i in range(lo, hi):
+            bf = self._bl[i]
+            if bf is not None:
+                ds_bloom_prefetch(&(<BloomFilter>bf).b, h)
 
     cdef bint _live_maybe(self, uint64_t h):
         # Whether the key of hash ``h`` may be one the live filters hold.
@@ -1279,13 +1311,14 @@ cdef class Space:
         # out is in no generation from live_from on, nor (live_pending)
         # unresolved, and those are not read at all.
         cdef LiveFilter live = self._live_for(txn, top) if write else None
-        cdef uint64_t h = 0 if live is None else self._key_hash(key)
+        cdef uint64_t h = self._key_hash(key)
+        self._prefetch(h, top)
         cdef bint absent = live is not None and not self._live_maybe(h)
         # Writing, the pending database is not probed first: a key found in
         # no generation is put there with NOOVERWRITE as if absent (most
         # claims that reach a write are NEW), and only when that finds a
         # record is it read and decided upon. One LMDB call instead of two.
-        cdef object raw = self._find(get, kb, ukey, top, &found, not write, absent)
+        cdef object raw = self._find(get, kb, ukey, top, &found, not write, absent, h, True)
         cdef bytes stored
         cdef bint put
 
