@@ -9,13 +9,25 @@ void ds_buf_init(ds_buf *b, size_t limit)
     b->len = 0;
     b->cap = 0;
     b->limit = limit;
+    b->owned = 1;
+}
+
+void ds_buf_init_in(ds_buf *b, size_t limit, uint8_t *first, size_t cap)
+{
+    b->data = first;
+    b->len = 0;
+    b->cap = cap < limit ? cap : limit;
+    b->limit = limit;
+    b->owned = 0;
 }
 
 void ds_buf_free(ds_buf *b)
 {
-    free(b->data);
+    if (b->owned)
+        free(b->data);
     b->data = NULL;
     b->len = b->cap = 0;
+    b->owned = 1;
 }
 
 static int reserve(ds_buf *b, size_t extra)
@@ -30,11 +42,20 @@ static int reserve(ds_buf *b, size_t extra)
         cap *= 2;
     if (cap > b->limit)
         cap = b->limit;
-    uint8_t *p = realloc(b->data, cap);
+    uint8_t *p;
+    if (b->owned) {
+        p = realloc(b->data, cap);
+    } else {
+        /* Out of the caller's bytes: to the heap, with what they hold. */
+        p = malloc(cap);
+        if (p != NULL && b->len)
+            memcpy(p, b->data, b->len);
+    }
     if (p == NULL)
         return DS_BUF_NOMEM;
     b->data = p;
     b->cap = cap;
+    b->owned = 1;
     return DS_BUF_OK;
 }
 

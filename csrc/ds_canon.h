@@ -19,11 +19,16 @@ typedef struct {
     size_t len;
     size_t cap;
     size_t limit; /* the most bytes the canonical form may take */
+    int owned;    /* data is this buffer's allocation (not the caller's) */
 } ds_buf;
 
 enum { DS_BUF_OK = 0, DS_BUF_TOO_LARGE = -1, DS_BUF_NOMEM = -2 };
 
 void ds_buf_init(ds_buf *b, size_t limit);
+/* As ds_buf_init, writing into the caller's ``cap`` bytes at ``first`` (a
+ * stack array, say) until they are full; only then is memory allocated
+ * (and the bytes so far copied). ds_buf_free frees only what it allocated. */
+void ds_buf_init_in(ds_buf *b, size_t limit, uint8_t *first, size_t cap);
 void ds_buf_free(ds_buf *b);
 int ds_buf_put(ds_buf *b, const void *data, size_t len);
 int ds_buf_put_byte(ds_buf *b, uint8_t c);

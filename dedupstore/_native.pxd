@@ -25,7 +25,9 @@ cdef extern from "ds_canon.h":
         size_t len
         size_t cap
         size_t limit
+        int owned
     void ds_buf_init(ds_buf *b, size_t limit)
+    void ds_buf_init_in(ds_buf *b, size_t limit, uint8_t *first, size_t cap)
     void ds_buf_free(ds_buf *b)
     int ds_buf_put(ds_buf *b, const void *data, size_t length)
     int ds_buf_put_byte(ds_buf *b, uint8_t c)

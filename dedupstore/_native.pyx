@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_Keys, PyDict_Next, PyDict_Size
 from cpython.long cimport PyLong_AsLongLongAndOverflow
-from cpython.ref cimport PyObject
+from cpython.ref cimport PyObject, Py_DECREF, Py_INCREF
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, qsort, realloc
 from libc.string cimport memcmp, memcpy, memset
@@ -186,19 +186,27 @@ cdef class Hasher:
         return self._intent_digest(intent, fields)
 
     cdef object _intent_digest(self, object intent, tuple fields):
-        cdef bytes canon = canonical_intent(intent, fields)
-        if canon is None:
-            return None
-        return self._digest(canon)
+        # As _digest(canonical_intent(intent, fields)), the canonical form
+        # hashed where it was built.
+        cdef uint8_t first[CANON_STACK]
+        cdef ds_buf b
+        cdef bytes out
+        ds_buf_init_in(&b, MAX_INTENT_BYTES, first, CANON_STACK)
+        try:
+            if not _canon_into(&b, intent, fields):
+                return None
+            out = PyBytes_FromStringAndSize(NULL, 16)
+            ds_siphash128(&self.key, <const char *>b.data, b.len, <uint8_t *>PyBytes_AS_STRING(out))
+            return out
+        finally:
+            ds_buf_free(&b)
 
     def intent_digests(self, intents, tuple fields=None):
         """:meth:`intent_digest` of each of ``intents``, as a list (one call
         for a batch)."""
         cdef list out = []
-        cdef bytes canon
         for intent in intents:
-            canon = None if intent is None else canonical_intent(intent, fields)
-            out.append(None if canon is None else self._digest(canon))
+            out.append(self._intent_digest(intent, fields))
         return out
 
 
@@ -289,8 +297,9 @@ cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize(object text, Py_ssize_t *size) except NULL
 
 
-cdef int _put_string(ds_buf *b, str text) except -1:
-    # The str's own UTF-8 (for ASCII text, its characters: no copy).
+cdef int _put_string(ds_buf *b, object text) except -1:
+    # A str's own UTF-8 (for ASCII text, its characters: no copy); a str
+    # subclass's too (its string, not its __str__).
     cdef Py_ssize_t n
     cdef const char *raw
     try:
@@ -324,6 +333,70 @@ cdef int _put_int(ds_buf *b, object o) except -1:
     return _check(b, ds_buf_put(b, digits + n, 24 - n))
 
 
+cdef enum:
+    # A dict of at most this many keys is written by _canon_dict.
+    CANON_FAST_KEYS = 16
+
+
+cdef int _canon_dict(ds_buf *b, dict o, int depth) except -1:
+    # _canon of a dict whose keys are all exact str, as its general path
+    # writes it (keys in code point order, which is their UTF-8 bytes'
+    # order), without the key list, its sort and a lookup per key: 1; or 0,
+    # nothing written, for a key that is not an exact str (a str subclass
+    # may order itself otherwise: the general path sorts it as Python does).
+    # At most CANON_FAST_KEYS keys. The entries are held (increfed) while
+    # the values are written: writing one may run Python code (an
+    # isinstance check against Mapping), which could change the dict.
+    cdef PyObject *keys[CANON_FAST_KEYS]
+    cdef PyObject *vals[CANON_FAST_KEYS]
+    cdef const char *text[CANON_FAST_KEYS]
+    cdef Py_ssize_t size[CANON_FAST_KEYS]
+    cdef Py_ssize_t order[CANON_FAST_KEYS]
+    cdef Py_ssize_t n = 0, pos = 0, i, j, t
+    cdef PyObject *k
+    cdef PyObject *v
+    cdef int c
+    while PyDict_Next(o, &pos, &k, &v):
+        if n == CANON_FAST_KEYS or type(<object>k) is not str:
+            return 0
+        keys[n] = k
+        vals[n] = v
+        n += 1
+    for i in range(n):
+        Py_INCREF(<object>keys[i])
+        Py_INCREF(<object>vals[i])
+    try:
+        for i in range(n):
+            try:
+                text[i] = PyUnicode_AsUTF8AndSize(<object>keys[i], &size[i])
+            except UnicodeEncodeError as exc:
+                raise InvalidIntentError(f"intent strings must be valid UTF-8 text: {exc.reason}") from None
+            # Insertion sort: a handful of keys.
+            j = i
+            while j > 0:
+                t = order[j - 1]
+                c = memcmp(text[t], text[i], size[t] if size[t] < size[i] else size[i])
+                if c < 0 or (c == 0 and size[t] < size[i]):
+                    break
+                order[j] = t
+                j -= 1
+            order[j] = i
+        _check(b, ds_buf_put_byte(b, ord("{")))
+        for j in range(n):
+            i = order[j]
+            if j:
+                _check(b, ds_buf_put_byte(b, ord(",")))
+            _check(b, ds_buf_put_json_string(b, <const uint8_t *>text[i], size[i]))
+            _check(b, ds_buf_put_byte(b, ord(":")))
+            _canon(b, <object>vals[i], depth + 1)
+        _check(b, ds_buf_put_byte(b, ord("}")))
+    finally:
+        for i in range(n):
+            Py_DECREF(<object>keys[i])
+            Py_DECREF(<object>vals[i])
+    return 1
+
+
 cdef int _canon(ds_buf *b, object o, int depth) except -1:
     cdef Py_ssize_t i
     # Depth counts containers ({"a": 1} is one level): a scalar inside the
@@ -351,6 +424,8 @@ cdef int _canon(ds_buf *b, object o, int depth) except -1:
             return _put_int(b, int(o))
         return _put_ascii(b, float.__repr__(o))
     if isinstance(o, (dict, Mapping)):
+        if type(o) is dict and PyDict_Size(o) <= CANON_FAST_KEYS and _canon_dict(b, <dict>o, depth):
+            return 0
         _check(b, ds_buf_put_byte(b, ord("{")))
         keys = PyDict_Keys(o) if type(o) is dict else list(o.keys())
         for k in keys:
@@ -376,6 +451,45 @@ cdef int _canon(ds_buf *b, object o, int depth) except -1:
     )
 
 
+cdef enum:
+    # A canonical form is built in this many bytes on the stack, and only a
+    # longer one on the heap.
+    CANON_STACK = 512
+
+
+cdef int _canon_into(ds_buf *b, object intent, tuple fields) except -1:
+    # ``intent``'s canonical bytes (tag byte first) written into ``b``: 1,
+    # or 0 (nothing written) for None, "no check".
+    cdef uint8_t tag = DS_CANON_TAG_RAW
+    cdef bytes raw
+    if intent is None:
+        return 0
+    if isinstance(intent, (bytes, bytearray, memoryview)):
+        raw = intent if type(intent) is bytes else bytes(intent)
+    elif isinstance(intent, str):
+        try:
+            raw = (<str>intent).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidIntentError(f"intent must be valid UTF-8 text: {exc.reason}") from None
+    else:
+        if isinstance(intent, (dict, Mapping)):
+            if fields is not None:
+                intent = {f: intent[f] for f in fields if f in intent}
+        elif not isinstance(intent, list):
+            raise InvalidIntentError(
+                f"intent must be bytes, str, a mapping, a list or None; got {type(intent).__name__}"
+            )
+        tag = DS_CANON_TAG_STRUCTURED
+        _check(b, ds_buf_put(b, &tag, 1))
+        _canon(b, intent, 1)
+        return 1
+    if PyBytes_GET_SIZE(raw) > MAX_INTENT_BYTES - 1:
+        raise InvalidIntentError(f"canonical intent must be at most {MAX_INTENT_BYTES} bytes")
+    _check(b, ds_buf_put(b, &tag, 1))
+    _check(b, ds_buf_put(b, PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw)))
+    return 1
+
+
 cpdef object canonical_intent(object intent, tuple fields=None):
     """The canonical bytes of ``intent`` (tag byte first), or None for "no check".
 
@@ -383,35 +497,12 @@ cpdef object canonical_intent(object intent, tuple fields=None):
     canonical JSON (tag 1): sorted keys, no whitespace, UTF-8. With ``fields``,
     only those top-level fields of a mapping count.
     """
+    cdef uint8_t first[CANON_STACK]
     cdef ds_buf b
-    cdef uint8_t tag
-    if intent is None:
-        return None
-    if isinstance(intent, (bytes, bytearray, memoryview)):
-        raw = intent if type(intent) is bytes else bytes(intent)
-        if len(raw) > MAX_INTENT_BYTES - 1:
-            raise InvalidIntentError(f"canonical intent must be at most {MAX_INTENT_BYTES} bytes")
-        return b"\x00" + raw
-    if isinstance(intent, str):
-        try:
-            raw = (<str>intent).encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise InvalidIntentError(f"intent must be valid UTF-8 text: {exc.reason}") from None
-        if len(raw) > MAX_INTENT_BYTES - 1:
-            raise InvalidIntentError(f"canonical intent must be at most {MAX_INTENT_BYTES} bytes")
-        return b"\x00" + raw
-    if isinstance(intent, (dict, Mapping)):
-        if fields is not None:
-            intent = {f: intent[f] for f in fields if f in intent}
-    elif not isinstance(intent, list):
-        raise InvalidIntentError(
-            f"intent must be bytes, str, a mapping, a list or None; got {type(intent).__name__}"
-        )
-    ds_buf_init(&b, MAX_INTENT_BYTES)
+    ds_buf_init_in(&b, MAX_INTENT_BYTES, first, CANON_STACK)
     try:
-        tag = DS_CANON_TAG_STRUCTURED
-        _check(&b, ds_buf_put(&b, &tag, 1))
-        _canon(&b, intent, 1)
+        if not _canon_into(&b, intent, fields):
+            return None
         return PyBytes_FromStringAndSize(<char *>b.data, b.len)
     finally:
         ds_buf_free(&b)

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dedupstore import DedupStore, InvalidIntentError, Status
-from dedupstore._native import MAX_INTENT_BYTES, MAX_INTENT_DEPTH, canonical_intent
+from dedupstore._native import MAX_INTENT_BYTES, MAX_INTENT_DEPTH, Hasher, canonical_intent
 
 RAW = b"\x00"
 STRUCTURED = b"\x01"
@@ -142,6 +142,17 @@ def test_bool_is_not_int() -> None:
     assert canon([True]) != canon([1])
     assert canon([False]) != canon([0])
     assert canon({"paid": True}) == STRUCTURED + b'{"paid":true}'
+
+
+def test_str_enum_canonicalises_as_its_string() -> None:
+    # As keys (whatever their number: a small dict and a large one are
+    # written by two different paths) and as values.
+    class Currency(enum.StrEnum):
+        EUR = "EUR"
+
+    assert canon({Currency.EUR: Currency.EUR}) == canon({"EUR": "EUR"}) == STRUCTURED + b'{"EUR":"EUR"}'
+    big = {f"k{i:02d}": i for i in range(30)}
+    assert canon({Currency.EUR: 1, **big}) == canon({"EUR": 1, **big})
 
 
 def test_int_enum_canonicalises_as_its_value() -> None:
@@ -304,6 +315,28 @@ _top_level = st.lists(_json_like, max_size=5) | st.dictionaries(st.text(), _json
 def test_matches_json_dumps(obj: Any) -> None:
     want = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     assert canon(obj) == STRUCTURED + want.encode("utf-8")
+
+
+@settings(max_examples=200, deadline=None)
+@given(obj=st.dictionaries(st.text(max_size=4), st.integers() | st.text(max_size=3), max_size=40))
+def test_mappings_of_any_size_match_json_dumps(obj: dict[str, Any]) -> None:
+    # Up to 16 keys a dict's keys are ordered by their UTF-8 bytes in C,
+    # beyond that by list.sort: both must be json.dumps' (code point) order.
+    want = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert canon(obj) == STRUCTURED + want.encode("utf-8")
+
+
+@pytest.mark.parametrize(
+    "intent",
+    [b"raw", "text", [1, 2], {"amount": 1234, "currency": "EUR"}, {"note": "x" * 2000}, b"y" * 3000],
+    ids=["bytes", "str", "list", "mapping", "long-mapping", "long-bytes"],
+)
+def test_the_stored_digest_is_the_digest_of_the_canonical_form(intent: object) -> None:
+    # Hasher.intent_digest hashes the form where it builds it (on the stack
+    # up to 512 bytes, then on the heap), never making canonical_intent's bytes.
+    hasher = Hasher(bytes(range(16)))
+    assert hasher.intent_digest(intent) == hasher.digest(canon(intent))
+    assert hasher.intent_digests([intent, None]) == [hasher.digest(canon(intent)), None]
 
 
 # ---------------------------------------------------------------------------

@@ -293,6 +293,28 @@ static void test_buf_limit(void)
     CHECK_EQ(b.len, 300);
     ds_buf_free(&b);
 
+    /* In the caller's bytes until they are full, then on the heap with what
+     * they held; the caller's bytes are never freed (ASan would say). */
+    {
+        uint8_t first[16];
+        ds_buf_init_in(&b, 300, first, sizeof first);
+        CHECK_EQ(ds_buf_put(&b, data, 16), DS_BUF_OK);
+        CHECK(b.data == first && b.len == 16);
+        CHECK_EQ(ds_buf_put_byte(&b, data[16]), DS_BUF_OK);
+        CHECK(b.data != first && b.len == 17);
+        CHECK_EQ(ds_buf_put(&b, data + 17, 283), DS_BUF_OK);
+        CHECK_MEM(b.data, data, 300);
+        CHECK_EQ(ds_buf_put_byte(&b, 0), DS_BUF_TOO_LARGE);
+        ds_buf_free(&b);
+        /* The limit holds inside the caller's bytes too. */
+        ds_buf_init_in(&b, 4, first, sizeof first);
+        CHECK_EQ(ds_buf_put(&b, data, 5), DS_BUF_TOO_LARGE);
+        CHECK_EQ(ds_buf_put(&b, data, 4), DS_BUF_OK);
+        CHECK_EQ(ds_buf_put_byte(&b, 0), DS_BUF_TOO_LARGE);
+        CHECK(b.data == first);
+        ds_buf_free(&b);
+    }
+
     /* A size that would wrap size_t is refused, not wrapped. */
     ds_buf_init(&b, SIZE_MAX);
     CHECK_EQ(ds_buf_put(&b, data, 1), DS_BUF_OK);

@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""What one call costs when the caches are cold.
+
+A tight loop of calls keeps everything a call touches in the CPU's caches:
+the interpreter's and the module's code, the overlay's dicts, the LMDB
+pages, the Bloom filters. A consumer under the reference load calls the
+store about 10,000 times a second between its own work, and its calls cost
+it several times what a tight loop measures (docs/benchmarks.md). This
+bench times each call back to back ("warm") and after touching every cache
+line of a buffer larger than the last-level cache ("cold"), on a store that
+has run a while: a namespace 13 hours old on the store's injected clock,
+whose twelve past hour-long generations (of the default 12 h horizon) hold
+``--keys`` completed records each, sealed and filtered, as the main job's
+store does. Calls:
+
+    claim new       claim() of a new key, with the reference intent
+    claim dup       claim() of a completed key of a past generation
+    round(1)        claim_many(1) of a new key then complete_many(1)
+
+The figure is each call's wall time (time.perf_counter around the call
+alone, not the buffer's touching), the median and the mean over ``--calls``
+calls, in flush mode (write-behind applied every 50 ms; a call may apply,
+which the mean shows and the median does not). It never asserts a timing.
+
+    cd /tmp && /work/main/.venv/bin/python /work/main/benches/bench_cold.py [--keys 20000] [--calls 1000] [--evict-mib 64] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import dedupstore
+from dedupstore import DedupStore, Status
+
+NS = "n"
+HOUR = 3600.0
+INTENT = {"amount": 1234, "currency": "EUR"}  # the reference stream's shape (dedupstore.loadgen)
+
+
+def aged_store(path: Path, keys: int) -> tuple[DedupStore, list[float]]:
+    """A flush-mode store whose namespace is 13 hours old: 13 hour-long
+    generations of ``keys`` completed records each, then the prefilter
+    refreshed (the twelve that ended are sealed and filtered)."""
+    clock = [time.time() - 13 * HOUR]
+    store = DedupStore.open(path, durability="flush", eviction_rate=0, clock=lambda: clock[0])
+    store.ensure_namespace(NS)
+    for g in range(13):
+        for j in range(0, keys, 1000):
+            batch = [f"old{g}.{i}" for i in range(j, min(keys, j + 1000))]
+            got = store.claim_many(NS, batch, [INTENT] * len(batch))
+            store.complete_many(NS, [(k, t, b"ok") for k, t in zip(batch, got.tokens)])
+        clock[0] += HOUR
+    store.refresh_prefilter()
+    return store, clock
+
+
+def measure(keys: int, calls: int, evict_mib: int, directory: str) -> dict[str, Any]:
+    junk = np.zeros(max(1, evict_mib << 17), dtype=np.int64)  # evict_mib MiB
+
+    def evict() -> None:
+        junk[::8] += 1  # one write to every 64-byte line
+
+    rows: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-cold-", dir=directory) as tmp:
+        store, _ = aged_store(Path(tmp) / "s", keys)
+        try:
+            seq = iter(range(10**9))
+
+            def claim_new() -> None:
+                if store.claim(NS, f"new{next(seq)}", INTENT).status is not Status.NEW:
+                    raise SystemExit("a claim of a new key was not NEW: not measuring that")
+
+            olds = iter(f"old{1 + i % 11}.{i % keys}" for i in range(10**9))
+
+            def claim_dup() -> None:
+                if store.claim(NS, next(olds), INTENT).status is not Status.DUPLICATE:
+                    raise SystemExit("a claim of a completed key was not DUPLICATE: not measuring that")
+
+            def round1() -> None:
+                key = f"rnd{next(seq)}"
+                got = store.claim_many(NS, [key], [INTENT])
+                store.complete_many(NS, [(key, got.tokens[0], b"ok")])
+
+            cases: dict[str, Callable[[], None]] = {"claim new": claim_new, "claim dup": claim_dup, "round(1)": round1}
+            for name, call in cases.items():
+                for _ in range(max(10, calls // 10)):  # warm-up
+                    call()
+                # Warm and cold alternate in blocks, so both see the same
+                # moments of a shared machine.
+                warm: list[float] = []
+                cold: list[float] = []
+                block = max(1, calls // 10)
+                while len(cold) < calls:
+                    for _ in range(block):
+                        t0 = time.perf_counter()
+                        call()
+                        warm.append(time.perf_counter() - t0)
+                    for _ in range(block):
+                        evict()
+                        t0 = time.perf_counter()
+                        call()
+                        cold.append(time.perf_counter() - t0)
+                rows[name] = {
+                    "warm_median_us": round(statistics.median(warm) * 1e6, 2),
+                    "warm_mean_us": round(statistics.fmean(warm) * 1e6, 2),
+                    "cold_median_us": round(statistics.median(cold) * 1e6, 2),
+                    "cold_mean_us": round(statistics.fmean(cold) * 1e6, 2),
+                }
+            st = store.stats()
+        finally:
+            store.close()
+    return {"rows": rows, "bloom_filters": st["namespaces"][NS]["prefilter"]["filters"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--keys", type=int, default=20_000, help="completed records per past generation (default 20,000)")
+    ap.add_argument("--calls", type=int, default=1000, help="calls timed per case and condition (default 1,000)")
+    ap.add_argument("--evict-mib", type=int, default=64,
+                    help="MiB of buffer touched before each cold call; more than the last-level cache (default 64)")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: 200 keys, 20 calls, 4 MiB (figures meaningless)")
+    ap.add_argument("--dir", default=tempfile.gettempdir(), help="parent of the temporary store (default: /tmp)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.keys, args.calls, args.evict_mib = 200, 20, 4
+    if args.keys < 1 or args.calls < 1 or args.evict_mib < 1:
+        ap.error(f"--keys, --calls and --evict-mib must be at least 1; got {args.keys}, {args.calls}, {args.evict_mib}")
+    res = measure(args.keys, args.calls, args.evict_mib, args.dir)
+    out = {"version": dedupstore.__version__, "keys": args.keys, "calls": args.calls, "evict_mib": args.evict_mib,
+           **res}
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"dedupstore {dedupstore.__version__}: one call's wall time, warm (back to back) and cold (after "
+          f"touching {args.evict_mib} MiB), flush mode, {res['bloom_filters']} sealed filters (all partitions) of "
+          f"{args.keys:,} keys; {args.calls:,} calls each")
+    print(f"{'call':10s} {'warm p50':>10s} {'warm mean':>10s} {'cold p50':>10s} {'cold mean':>10s} {'cold/warm':>10s}")
+    for name, r in res["rows"].items():
+        print(f"{name:10s} {r['warm_median_us']:7.2f} us {r['warm_mean_us']:7.2f} us {r['cold_median_us']:7.2f} us "
+              f"{r['cold_mean_us']:7.2f} us {r['cold_median_us'] / r['warm_median_us']:9.1f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
