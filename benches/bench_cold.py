@@ -22,7 +22,8 @@ alone, not the buffer's touching), the median and the mean over ``--calls``
 calls, in flush mode (write-behind applied every 50 ms; a call may apply,
 which the mean shows and the median does not). It never asserts a timing.
 
-    cd /tmp && /work/main/.venv/bin/python /work/main/benches/bench_cold.py [--keys 20000] [--calls 1000] [--evict-mib 64] [--json]
+    cd /tmp && /work/main/.venv/bin/python /work/main/benches/bench_cold.py \
+        [--keys 20000] [--calls 1000] [--evict-mib 64] [--quick] [--json]
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def aged_store(path: Path, keys: int) -> tuple[DedupStore, list[float]]:
         for j in range(0, keys, 1000):
             batch = [f"old{g}.{i}" for i in range(j, min(keys, j + 1000))]
             got = store.claim_many(NS, batch, [INTENT] * len(batch))
-            store.complete_many(NS, [(k, t, b"ok") for k, t in zip(batch, got.tokens)])
+            store.complete_many(NS, [(k, t, b"ok") for k, t in zip(batch, got.tokens, strict=True)])
         clock[0] += HOUR
     store.refresh_prefilter()
     return store, clock

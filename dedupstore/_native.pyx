@@ -1647,8 +1647,10 @@ cdef int _tally(object rows, list counts) except -1:
             other += 1
         elif code == DS_DUPLICATE:
             same += 1
-    counts[n - 2] += other
-    counts[n - 1] += same
+    if other:
+        counts[n - 2] += other
+    if same:
+        counts[n - 1] += same
     return 0
 
 

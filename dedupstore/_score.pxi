@@ -19,6 +19,8 @@ cdef object _small_bytes = None    # store._small_bytes
 cdef object _lease_us = None       # store._lease_us
 cdef object _time_us_slow = None   # store._time_us
 cdef Py_ssize_t _max_claimant = 0, _max_event_id = 0, _max_batch = 0
+#: time.time, the default clock: StoreCore reads it without the call.
+cdef object _time_time = None
 
 
 def bind_store(claim_cls, batch_cls, record_of, tuple status_by_code, tuple leased_codes, small_bytes,
@@ -37,6 +39,9 @@ def bind_store(claim_cls, batch_cls, record_of, tuple status_by_code, tuple leas
     _claim_cls, _batch_cls, _record_of, _status_by_code = claim_cls, batch_cls, record_of, status_by_code
     _small_bytes, _lease_us, _time_us_slow = small_bytes, lease_us, time_us_slow
     _max_claimant, _max_event_id, _max_batch = max_claimant, max_event_id, max_batch
+    global _time_time
+    import time
+    _time_time = time.time
 
 
 cdef class ClaimCore:
@@ -172,7 +177,12 @@ cdef class StoreCore:
         return <NamespaceCore?>ns
 
     cdef inline int64_t _now(self) except? -1:
-        # As DedupStore._now_us.
+        # As DedupStore._now_us: int(clock() * 1e6); time.time's own clock
+        # (CLOCK_REALTIME) read here when that is the store's.
+        cdef timespec ts
+        if self._clock is _time_time:
+            clock_gettime(CLOCK_REALTIME, &ts)
+            return <int64_t>ts.tv_sec * 1000000 + ts.tv_nsec // 1000
         return <int64_t>(<double>self._clock() * 1e6)
 
     cdef inline uint32_t _route(self, NamespaceCore ns, bytes kb):

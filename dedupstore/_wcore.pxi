@@ -7,7 +7,7 @@
 # failed log write, a full overlay, an apply that is due) back to the Python
 # methods.
 
-from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC, CLOCK_REALTIME
 
 
 cdef inline double _monotonic():
@@ -31,12 +31,81 @@ def bind_window(dict module_globals) -> None:
     _CLOSED = module_globals["CLOSED"]
 
 
+cdef extern from "pythread.h":
+    ctypedef void *PyThread_type_lock
+    PyThread_type_lock PyThread_allocate_lock()
+    void PyThread_free_lock(PyThread_type_lock lock)
+    int PyThread_acquire_lock(PyThread_type_lock lock, int waitflag) nogil
+    void PyThread_release_lock(PyThread_type_lock lock) nogil
+
+
+cdef class WindowLock:
+    """A window's ``lock``: a plain mutex, as threading.Lock but taken and
+    released from C by the calls without a method call each (with
+    ``with``, acquire() and release() from Python). A blocked acquire waits
+    with the GIL released; unlike threading.Lock's, it is not interrupted
+    by a signal (the lock is held for one call's bookkeeping at a time, and
+    an apply releases it while it writes LMDB)."""
+
+    cdef PyThread_type_lock _l
+    cdef bint _held
+
+    def __cinit__(self):
+        self._l = PyThread_allocate_lock()
+        if self._l == NULL:
+            raise MemoryError()
+        self._held = False
+
+    def __dealloc__(self):
+        if self._l != NULL:
+            if self._held:
+                PyThread_release_lock(self._l)
+            PyThread_free_lock(self._l)
+
+    cdef inline int take(self) except -1:
+        if not PyThread_acquire_lock(self._l, 0):
+            with nogil:
+                PyThread_acquire_lock(self._l, 1)
+        self._held = True
+        return 0
+
+    cdef inline int give(self) except -1:
+        if not self._held:
+            raise RuntimeError("release of an unlocked window lock")
+        self._held = False
+        PyThread_release_lock(self._l)
+        return 0
+
+    def acquire(self, bint blocking=True):
+        if not blocking:
+            if not PyThread_acquire_lock(self._l, 0):
+                return False
+            self._held = True
+            return True
+        self.take()
+        return True
+
+    def release(self):
+        self.give()
+
+    def locked(self):
+        return self._held
+
+    def __enter__(self):
+        self.take()
+        return True
+
+    def __exit__(self, *exc):
+        self.give()
+
+
 cdef class WindowCore:
     """The state run() and apply_if_due() touch, and those two methods.
     The attributes are the Window's own (dedupstore/window.py documents
     them); the subclass keeps every other one in its __dict__."""
 
-    cdef public object lock, applying, failed
+    cdef public WindowLock lock
+    cdef public object applying, failed
     cdef public bint _broken, active, _calls_apply
     cdef public Overlay overlay
     cdef public object _log, _journal
@@ -61,7 +130,7 @@ cdef class WindowCore:
             try:
                 ov.rollback()
             finally:
-                self.lock.release()
+                self.lock.give()
             raise
         if not self._leave(ov, sync):
             return _CLOSED
@@ -70,15 +139,15 @@ cdef class WindowCore:
     cdef Overlay _enter(self):
         # The overlay, with self.lock held for the call's op; None (the
         # lock not held) when no window could be opened.
-        self.lock.acquire()
+        self.lock.take()
         try:
             if self.failed is not None:
                 raise self.failed
             if self._broken or (not self.active and not self._open()):
-                self.lock.release()
+                self.lock.give()
                 return None
         except BaseException:
-            self.lock.release()
+            self.lock.give()
             raise
         return self.overlay
 
@@ -112,7 +181,7 @@ cdef class WindowCore:
                     finally:
                         self.applying.release()
         finally:
-            self.lock.release()
+            self.lock.give()
         if mark is not None and sync:
             self._journal.sync(mark)
         if sync and self._calls_apply:
@@ -198,7 +267,7 @@ cdef tuple _write_windows(list windows, list spaces, dict groups, int kind, list
                 try:
                     ov.rollback()
                 finally:
-                    wc.lock.release()
+                    wc.lock.give()
                 raise
             if not wc._leave(ov, True, kind == C_BATCH_CLAIM):
                 left.append(p)
@@ -229,7 +298,7 @@ cdef object _one_in(WindowCore wc, int kind, Space space, bytes key, object a, o
         try:
             ov.rollback()
         finally:
-            wc.lock.release()
+            wc.lock.give()
         raise
     if not wc._leave(ov, True, kind == C_BATCH_CLAIM):
         return _CLOSED

@@ -345,7 +345,7 @@ class Window(_native.WindowCore):
         others: Callable[[], bool], checkpoint_now: Callable[[], Any], journal: Journal | None = None,
         apply_s: float = 0.0, live_filters: bool = True,
     ) -> None:
-        self.lock = threading.Lock()
+        self.lock = _native.WindowLock()
         #: Give each opening an epoch, so that Spaces keep live filters for
         #: the calls it takes (the store's ``bloom`` option).
         self._live_filters = live_filters

@@ -749,3 +749,25 @@ def test_a_missing_log_that_w_names_is_refused_not_ignored(tmp_path: Path) -> No
         DedupStore.open(path, durability="flush")
     report = verify_store(path)
     assert "write-behind" in report.problem_kinds
+
+
+def test_the_window_lock_excludes_and_a_blocked_acquire_releases_the_gil() -> None:
+    lock = _native.WindowLock()
+    assert lock.acquire() and lock.locked()
+    assert lock.acquire(blocking=False) is False  # held: not taken twice
+    got: list[float] = []
+
+    def waiter() -> None:
+        with lock:  # blocks until the main thread releases it
+            got.append(time.monotonic())
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(0.05)  # the waiter is blocked in acquire; this thread still runs
+    assert got == [] and t.is_alive()
+    released = time.monotonic()
+    lock.release()
+    t.join(5)
+    assert got and got[0] >= released and not lock.locked()
+    with pytest.raises(RuntimeError, match="unlocked"):
+        lock.release()
