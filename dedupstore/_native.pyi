@@ -6,7 +6,7 @@ from typing import Any
 from typing_extensions import disjoint_base
 
 from .errors import LeaseLostError
-from .verdicts import BatchResult, ClaimResult, Record, Status
+from .verdicts import BatchResult, Record, Status
 
 NEW: int
 DUPLICATE: int
@@ -280,7 +280,6 @@ BATCH_COMPLETE: int
 BATCH_RELEASE: int
 def time_us(value: object, slow: Callable[[object, str], int]) -> int: ...
 def bind_store(
-    claim_cls: type[ClaimCore],
     batch_cls: type[BatchCore],
     record_of: Callable[[str, bytes, int, bytes, int], Record],
     status_by_code: tuple[Any, ...],
@@ -293,7 +292,7 @@ def bind_store(
     max_batch: int,
 ) -> None: ...
 @disjoint_base
-class ClaimCore:
+class ClaimResult:
     status: Status
     token: int | None
     retry_after: float | None
@@ -314,6 +313,23 @@ class ClaimCore:
         gen: int,
         now_us: int,
     ) -> None: ...
+    @classmethod
+    def from_record(
+        cls,
+        status: Status,
+        token: int | None,
+        retry_after: float | None,
+        namespace: str,
+        key: bytes,
+        record: Record | None,
+    ) -> ClaimResult: ...
+    @property
+    def record(self) -> Record | None: ...
+    @property
+    def outcome(self) -> bytes | None: ...
+    @property
+    def holds_lease(self) -> bool: ...
+    def __reduce__(self) -> tuple[Any, ...]: ...
 
 @disjoint_base
 class BatchCore:

@@ -1,8 +1,10 @@
+cimport cython
+
 # Included at the end of _native.pyx: the per-call path of the store
 # (dedupstore/store.py's DedupStore subclasses StoreCore, its _Namespace
-# NamespaceCore) and the verdicts it returns (dedupstore/verdicts.py's
-# ClaimResult subclasses ClaimCore, BatchResult BatchCore). In Python, the
-# calls' own lines, their frames and the verdicts' construction cost about
+# NamespaceCore) and the verdicts it returns (ClaimResult, which
+# dedupstore/verdicts.py exports; its BatchResult subclasses BatchCore). In
+# Python, the calls' own lines, their frames and the verdicts' construction cost about
 # as much as the native work under them; here they are C, which hands the
 # rare cases (a namespace not yet looked up, a closed store, a partition
 # whose window cannot take the call, a lease or event time given in another
@@ -10,7 +12,6 @@
 # and the subclass's methods.
 
 #: bind_store()'s arguments, read at each call.
-cdef object _claim_cls = None      # verdicts.ClaimResult
 cdef object _batch_cls = None      # verdicts.BatchResult
 cdef object _record_of = None      # verdicts.Record.from_raw
 cdef tuple _status_by_code = None  # verdicts.STATUS_BY_CODE
@@ -23,20 +24,20 @@ cdef Py_ssize_t _max_claimant = 0, _max_event_id = 0, _max_batch = 0
 cdef object _time_time = None
 
 
-def bind_store(claim_cls, batch_cls, record_of, tuple status_by_code, tuple leased_codes, small_bytes,
+def bind_store(batch_cls, record_of, tuple status_by_code, tuple leased_codes, small_bytes,
                lease_us, time_us_slow, Py_ssize_t max_claimant, Py_ssize_t max_event_id,
                Py_ssize_t max_batch) -> None:
     """Called once by dedupstore/store.py with what the calls use of it and
     of dedupstore/verdicts.py."""
-    global _claim_cls, _batch_cls, _record_of, _status_by_code, _small_bytes, _lease_us, _time_us_slow
+    global _batch_cls, _record_of, _status_by_code, _small_bytes, _lease_us, _time_us_slow
     global _max_claimant, _max_event_id, _max_batch
-    if not issubclass(claim_cls, ClaimCore) or not issubclass(batch_cls, BatchCore):
-        raise TypeError("bind_store() needs a ClaimCore and a BatchCore subclass")
+    if not issubclass(batch_cls, BatchCore):
+        raise TypeError("bind_store() needs a BatchCore subclass")
     if len(status_by_code) != len(leased_codes) or len(leased_codes) > 8:
         raise ValueError("bind_store() needs one lease flag per status code (at most 8)")
     for i, flag in enumerate(leased_codes):
         _leased[i] = flag
-    _claim_cls, _batch_cls, _record_of, _status_by_code = claim_cls, batch_cls, record_of, status_by_code
+    _batch_cls, _record_of, _status_by_code = batch_cls, record_of, status_by_code
     _small_bytes, _lease_us, _time_us_slow = small_bytes, lease_us, time_us_slow
     _max_claimant, _max_event_id, _max_batch = max_claimant, max_event_id, max_batch
     global _time_time
@@ -44,10 +45,16 @@ def bind_store(claim_cls, batch_cls, record_of, tuple status_by_code, tuple leas
     _time_time = time.time
 
 
-cdef class ClaimCore:
-    """The verdict's fields (dedupstore/verdicts.py's ClaimResult documents
-    them and adds the properties)."""
+@cython.freelist(32)
+cdef class ClaimResult:
+    """The verdict for one claim.
 
+    ``token`` is set for NEW, UNKNOWN and BEYOND_HORIZON (the caller holds the
+    lease); ``outcome`` for DUPLICATE; ``retry_after`` (seconds) for
+    IN_PROGRESS; ``record`` is the stored record the verdict rests on.
+    """
+
+    # Made in C by the store's calls (_verdict), from a free list.
     cdef public object status, token, retry_after, namespace, key, _raw, _record
     cdef public int64_t _gen, _now
 
@@ -62,6 +69,51 @@ cdef class ClaimCore:
         self._now = now_us
         self._record = None
 
+    @classmethod
+    def from_record(cls, status, token, retry_after, namespace, key, record):
+        """A verdict whose record is already decoded (the service's clients build these)."""
+        res = cls(status, token, retry_after, namespace, key, None, 0, 0)
+        res._record = record
+        return res
+
+    @property
+    def record(self):
+        # Decoded on first use: most callers of a NEW verdict never look.
+        if self._record is None and self._raw is not None:
+            self._record = _record_of(self.namespace, self.key, self._gen, self._raw, self._now)
+        return self._record
+
+    @property
+    def outcome(self):
+        if self.status is not _status_by_code[DS_DUPLICATE]:
+            return None
+        if self._record is not None:
+            return self._record.outcome
+        return None if self._raw is None else record_outcome(self._raw)
+
+    @property
+    def holds_lease(self):
+        return self.token is not None
+
+    def __repr__(self):
+        extra = ""
+        if self.token is not None:
+            extra = f", token={self.token}"
+        elif self.retry_after is not None:
+            extra = f", retry_after={self.retry_after:.3f}"
+        return f"ClaimResult({self.status.name}, {self.namespace}/{self.key!r}{extra})"
+
+    def __reduce__(self):
+        return _claim_result, (type(self), self.status, self.token, self.retry_after, self.namespace, self.key,
+                               self._raw, self._gen, self._now, self._record)
+
+
+def _claim_result(cls, status, token, retry_after, namespace, key, raw, gen, now_us, record):
+    # Unpickling a ClaimResult (its __reduce__).
+    res = cls(status, token, retry_after, namespace, key, raw, gen, now_us)
+    res._record = record
+    return res
+
 
 cdef inline int _code_of(tuple res) except -1:
     cdef int code = res[0]
@@ -74,7 +126,7 @@ cdef object _verdict(tuple res, object namespace, bytes kb, int64_t now):
     # The ClaimResult of verdict tuple ``res`` (Space.claim's), as
     # ClaimResult(status, token, retry_after, namespace, key, raw, gen, now).
     cdef int code = _code_of(res)
-    cdef ClaimCore r = ClaimCore.__new__(_claim_cls)
+    cdef ClaimResult r = ClaimResult.__new__(ClaimResult)
     r.status = _status_by_code[code]
     r.token = res[1] if _leased[code] else None
     r.retry_after = res[2] / 1e6 if code == DS_IN_PROGRESS else None

@@ -66,7 +66,7 @@ from .namespace import (
     generation_length,
 )
 from .units import parse_duration
-from .verdicts import LEASED_CODES, STATUS_BY_CODE, BatchResult, ClaimResult, Record, Status
+from .verdicts import LEASED_CODES, STATUS_BY_CODE, BatchResult, Record, Status
 from .window import CHECK_S, CLOSED, W_KEY, WLOG_DIR, Owner, Window, WindowBusy, collect_dead, settle
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -1320,6 +1320,6 @@ class DedupStore(_native.StoreCore):
 
 
 _native.bind_store(
-    ClaimResult, BatchResult, Record.from_raw, STATUS_BY_CODE, LEASED_CODES, _small_bytes, _lease_us, _time_us,
+    BatchResult, Record.from_raw, STATUS_BY_CODE, LEASED_CODES, _small_bytes, _lease_us, _time_us,
     MAX_CLAIMANT_BYTES, MAX_EVENT_ID_BYTES, MAX_BATCH,
 )

@@ -133,54 +133,10 @@ class Record:
         }
 
 
-class ClaimResult(_native.ClaimCore):
-    """The verdict for one claim.
-
-    ``token`` is set for NEW, UNKNOWN and BEYOND_HORIZON (the caller holds the
-    lease); ``outcome`` for DUPLICATE; ``retry_after`` (seconds) for
-    IN_PROGRESS; ``record`` is the stored record the verdict rests on.
-    """
-
-    # The fields and __init__(status, token, retry_after, namespace, key,
-    # raw, gen, now_us) are ClaimCore's: claim() makes this in C.
-    __slots__ = ()
-
-    @classmethod
-    def from_record(
-        cls, status: Status, token: int | None, retry_after: float | None, namespace: str, key: bytes,
-        record: Record | None,
-    ) -> ClaimResult:
-        """A verdict whose record is already decoded (the service's clients build these)."""
-        res = cls(status, token, retry_after, namespace, key, None, 0, 0)
-        res._record = record
-        return res
-
-    @property
-    def record(self) -> Record | None:
-        # Decoded on first use: most callers of a NEW verdict never look.
-        if self._record is None and self._raw is not None:
-            self._record = Record.from_raw(self.namespace, self.key, self._gen, self._raw, self._now)
-        return self._record
-
-    @property
-    def outcome(self) -> bytes | None:
-        if self.status is not Status.DUPLICATE:
-            return None
-        if self._record is not None:
-            return self._record.outcome
-        return None if self._raw is None else _native.record_outcome(self._raw)
-
-    @property
-    def holds_lease(self) -> bool:
-        return self.token is not None
-
-    def __repr__(self) -> str:
-        extra = ""
-        if self.token is not None:
-            extra = f", token={self.token}"
-        elif self.retry_after is not None:
-            extra = f", retry_after={self.retry_after:.3f}"
-        return f"ClaimResult({self.status.name}, {self.namespace}/{self.key!r}{extra})"
+#: The verdict for one claim (made in C by the store's calls; its fields,
+#: ``from_record``, ``record``, ``outcome`` and ``holds_lease`` are
+#: documented there).
+ClaimResult = _native.ClaimResult
 
 
 class BatchResult(_native.BatchCore, Sequence[ClaimResult]):

@@ -59,3 +59,20 @@ def test_claim_many_columns_match_its_results(tmp_path, durability: str) -> None
         assert batch.tokens == [r.token for r in batch]
         assert batch.retry_after == [r.retry_after for r in batch]
         assert batch.retry_after[0] is not None and 0 < batch.retry_after[0] <= 30
+
+
+def test_a_claim_result_pickles_with_its_record(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # A verdict may be handed to another process (multiprocessing pickles it).
+    import pickle
+
+    with DedupStore.open(tmp_path / "s", durability="flush") as store:
+        store.ensure_namespace("ns")
+        first = store.claim("ns", "k", b"intent")
+        store.complete("ns", "k", first.token, b"done")
+        dup = store.claim("ns", "k", b"intent")
+        for res in (first, dup, ClaimResult.from_record(Status.NEW, 7, None, "ns", b"x", None)):
+            back = pickle.loads(pickle.dumps(res))
+            assert type(back) is ClaimResult and repr(back) == repr(res)
+            assert (back.status, back.token, back.key, back.outcome) == (res.status, res.token, res.key, res.outcome)
+            assert back.record == res.record
+        assert pickle.loads(pickle.dumps(dup)).outcome == b"done"
