@@ -314,6 +314,15 @@ cdef class StoreCore:
             raise InvalidInputError(f"event_times must have one entry per key ({n}); got {len(event_times)}")
         cdef list kbs
         cdef dict groups
+        cdef object one
+        if n == 1 and self._windows is not None:
+            # The consumer's common batch, of one key, in flush mode: as
+            # claim() runs it in the partition's window, without the
+            # batch's lists and groups; a window that cannot take it
+            # (nothing ran) leaves it to the batch path.
+            one = self._claim_one_windowed(ns, namespace, keys, intents, event_times, claimant)
+            if one is not None:
+                return one
         kbs, groups = self._hasher.route_keys(ns.prefix, keys, self._nparts)
         cdef list digests = [None] * n if intents is None else self._hasher.intent_digests(intents, ns.fields)
         cdef object ets = None if event_times is None else times_us(event_times, _time_us_slow)
@@ -326,6 +335,30 @@ cdef class StoreCore:
         # probe every key twice.
         self._write_batch(C_BATCH_CLAIM, ns, groups, kbs, digests, None, now, ns.lease_us, ets, cl, results)
         return _batch_result(results, namespace, kbs, now, self._counts)
+
+    cdef object _claim_one_windowed(self, NamespaceCore ns, object namespace, object keys, object intents,
+                                    object event_times, object claimant):
+        # claim_many of one key (checked as the batch path checks it) in its
+        # partition's window: the BatchResult, or None when the partition
+        # has no window or it could not take the call (nothing ran).
+        cdef bytes kb = key_bytes(keys[0])
+        cdef uint32_t p = self._route(ns, kb)
+        cdef object window = self._windows[p]
+        if window is None:
+            return None
+        cdef object digest = None
+        if intents is not None and intents[0] is not None:
+            digest = self._hasher._intent_digest(intents[0], ns.fields)
+        cdef int64_t et = DS_NO_TIME
+        if event_times is not None and event_times[0] is not None:
+            et = _time_us(event_times[0], _time_us_slow)
+        cdef object cl = None if claimant is None else _small_bytes(claimant, "claimant", _max_claimant)
+        cdef int64_t now = self._now()
+        cdef object res = _one_in(<WindowCore?>window, C_BATCH_CLAIM, <Space?>ns.spaces[p], kb, digest, None, now,
+                                  ns.lease_us, et, cl, None)
+        if res is _CLOSED:
+            return None
+        return _batch_result([res], namespace, [kb], now, self._counts)
 
     cdef tuple _leased_one(self, int kind, object namespace, object key, object token, object outcome):
         # complete() (``kind`` C_BATCH_COMPLETE) or release(): (its result,

@@ -597,6 +597,34 @@ def test_a_failed_log_write_in_a_batch_call_goes_the_ordinary_way(
         assert s.lookup("n", "a").outcome == b"A"  # type: ignore[union-attr]
 
 
+def test_a_batch_of_one_in_a_window_that_cannot_take_it_goes_the_ordinary_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # claim_many of one key runs in its window as claim() does (StoreCore's
+    # _claim_one_windowed); when the window's log write fails, nothing of
+    # it stays in the overlay and the batch path commits it directly.
+    monkeypatch.setattr(window, "MAP_BYTES", 0)
+    with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
+        s.ensure_namespace("n")
+        first = s.claim_many("n", ["a"], [b"i"], event_times=[time.time()], claimant="c1")
+        win = s._parts[0].window
+        assert win is not None and win.active and win._log is not None
+        assert first.statuses == [Status.NEW] and first[0].record is not None
+        assert first[0].record.claimant == b"c1" and first[0].record.event_time is not None
+        assert s.claim_many("n", ["a"], [b"i"]).statuses == [Status.IN_PROGRESS]
+        assert s.claim_many("n", ["a"], [b"other"]).statuses == [Status.CONFLICT]
+        full = os.open("/dev/full", os.O_WRONLY)
+        os.dup2(full, win._log.fd)
+        os.close(full)
+        got = s.claim_many("n", ["b"])
+        assert got.statuses == [Status.NEW] and not win.active  # committed directly instead
+        assert s.claim_many("n", ["b"]).statuses == [Status.IN_PROGRESS]
+        assert s.stats()["verdicts"] == {**dict.fromkeys(s.stats()["verdicts"], 0), "NEW": 2, "IN_PROGRESS": 2,
+                                          "CONFLICT": 1}
+    with DedupStore.open(tmp_path / "s", durability="flush") as s:
+        assert [r.status for r in s.claim_many("n", ["a", "b"])] == [Status.IN_PROGRESS] * 2
+
+
 def test_a_batch_call_writes_every_partition_when_one_fails(tmp_path: Path) -> None:
     with DedupStore.open(tmp_path / "s", durability="flush", partitions=2, apply_interval=1.0) as s:
         s.ensure_namespace("n")
