@@ -547,6 +547,13 @@ def test_segments_rotate_and_the_old_ones_go(tmp_path: Path, monkeypatch: pytest
         assert all(s.claim("n", f"k{i}").status is Status.IN_PROGRESS for i in range(400))
 
 
+def _fail_log_writes(win: Any) -> None:
+    # The segment's descriptor now writes to /dev/full: every write fails with ENOSPC.
+    full = os.open("/dev/full", os.O_WRONLY)
+    os.dup2(full, win._log.fd)
+    os.close(full)
+
+
 def test_a_failed_log_write_is_not_acknowledged_and_the_call_goes_the_ordinary_way(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -559,10 +566,7 @@ def test_a_failed_log_write_is_not_acknowledged_and_the_call_goes_the_ordinary_w
         assert s.claim("n", "before").status is Status.NEW
         win = s._parts[0].window
         assert win is not None and win.active and win._log is not None
-        # The segment's descriptor now writes to /dev/full: every write fails with ENOSPC.
-        full = os.open("/dev/full", os.O_WRONLY)
-        os.dup2(full, win._log.fd)
-        os.close(full)
+        _fail_log_writes(win)
         r = s.claim("n", "during")
         assert r.status is Status.NEW and not win.active  # committed directly instead
         assert s.claim("n", "during").status is Status.IN_PROGRESS
@@ -582,9 +586,7 @@ def test_a_failed_log_write_in_a_batch_call_goes_the_ordinary_way(
         done = s.claim_many("n", ["a", "b"])
         win = s._parts[0].window
         assert win is not None and win.active and win._log is not None
-        full = os.open("/dev/full", os.O_WRONLY)
-        os.dup2(full, win._log.fd)
-        os.close(full)
+        _fail_log_writes(win)
         got = s.claim_many("n", ["c", "d"])
         assert got.statuses == [Status.NEW, Status.NEW] and not win.active  # committed directly instead
         assert s.claim_many("n", ["c", "d"]).statuses == [Status.IN_PROGRESS] * 2
@@ -613,9 +615,7 @@ def test_a_batch_of_one_in_a_window_that_cannot_take_it_goes_the_ordinary_way(
         assert first[0].record.claimant == b"c1" and first[0].record.event_time is not None
         assert s.claim_many("n", ["a"], [b"i"]).statuses == [Status.IN_PROGRESS]
         assert s.claim_many("n", ["a"], [b"other"]).statuses == [Status.CONFLICT]
-        full = os.open("/dev/full", os.O_WRONLY)
-        os.dup2(full, win._log.fd)
-        os.close(full)
+        _fail_log_writes(win)
         got = s.claim_many("n", ["b"])
         assert got.statuses == [Status.NEW] and not win.active  # committed directly instead
         assert s.claim_many("n", ["b"]).statuses == [Status.IN_PROGRESS]
