@@ -820,6 +820,10 @@ class DedupStore(_native.StoreCore):
         return ns
 
     # ------------------------------------------------------------------- claims
+    #
+    # claim, claim_many, complete, complete_many, release and release_many
+    # are StoreCore's (dedupstore/_score.pxi); what they hand back to Python
+    # is here: _live_namespace, _unwindowed, _write_rest, _lease_error(s).
 
     def _unwindowed(
         self, kind: int, part: _Partition, space: Any, kb: bytes, a: Any, b: Any, now: int, lease_us: int, et: int,
