@@ -1017,7 +1017,6 @@ cdef class Space:
         # there are filters, where the prefetches overlap them).
         cdef LiveFilter lf
         cdef object bf
-        cdef uint32_t g
         if self.live is not None:
             self.live.prefetch(h)
             for lf in self.live_older:
@@ -1447,7 +1446,7 @@ cdef class Space:
                 if live is not None:
                     live.add(h)
                 elif self.live is not None:  # a write outside the window's overlay
-                    self.live.add(self._key_hash(key))
+                    self.live.add(h)
                 return (out.status, out.token, 0, stored, False, True, UNRESOLVED_GEN)
             # Unresolved already: decide on that record, as a probe would have.
             raw = _get(get, ukey, self.pending)

@@ -285,6 +285,19 @@ cdef class StoreCore:
         """
         cdef NamespaceCore ns = self._ns_of(namespace)
         cdef bytes kb = key_bytes(key)
+        cdef int64_t now
+        cdef tuple res = self._claim_key(ns, kb, intent, event_time, event_id, claimant, lease, &now)
+        # No lock: the native tally (here and in claim_many's) holds the GIL
+        # throughout and calls no Python code, so it is atomic for every
+        # other thread.
+        _tally((res,), self._counts)
+        return _verdict(res, namespace, kb, now)
+
+    cdef tuple _claim_key(self, NamespaceCore ns, bytes kb, object intent, object event_time, object event_id,
+                          object claimant, object lease, int64_t *now_out):
+        # The claim of key ``kb`` (key_bytes' answer), its other arguments
+        # checked as claim() documents them: the verdict tuple; ``now_out``
+        # gets the time it ran at.
         cdef object digest = None if intent is None else self._hasher._intent_digest(intent, ns.fields)
         cdef uint32_t p = self._route(ns, kb)
         cdef int64_t now = self._now()
@@ -292,14 +305,10 @@ cdef class StoreCore:
         cdef int64_t et = DS_NO_TIME if event_time is None else _time_us(event_time, _time_us_slow)
         cdef object cl = None if claimant is None else _small_bytes(claimant, "claimant", _max_claimant)
         cdef object eid = None if event_id is None else _small_bytes(event_id, "event_id", _max_event_id)
+        now_out[0] = now
         # In a window: decided against this process's unapplied writes,
         # logged, no transaction, so no read-only pass first either.
-        cdef tuple res = self._one(C_BATCH_CLAIM, ns, p, kb, digest, None, now, lease_us, et, cl, eid)
-        # No lock: the native tally (here and in claim_many's) holds the GIL
-        # throughout and calls no Python code, so it is atomic for every
-        # other thread.
-        _tally((res,), self._counts)
-        return _verdict(res, namespace, kb, now)
+        return self._one(C_BATCH_CLAIM, ns, p, kb, digest, None, now, lease_us, et, cl, eid)
 
     def claim_many(self, namespace, keys, intents=None, *, event_times=None, claimant=None):
         """Claim many keys at once: one transaction per partition touched,
@@ -314,20 +323,20 @@ cdef class StoreCore:
             raise InvalidInputError(f"event_times must have one entry per key ({n}); got {len(event_times)}")
         cdef list kbs
         cdef dict groups
-        cdef object one
+        cdef bytes kb
+        cdef int64_t now
         if n == 1 and self._windows is not None:
-            # The consumer's common batch, of one key, in flush mode: as
-            # claim() runs it in the partition's window, without the
-            # batch's lists and groups; a window that cannot take it
-            # (nothing ran) leaves it to the batch path.
-            one = self._claim_one_windowed(ns, namespace, keys, intents, event_times, claimant)
-            if one is not None:
-                return one
+            # The consumer's common batch, of one key, in flush mode:
+            # claim()'s path, without the batch's lists and groups.
+            kb = key_bytes(keys[0])
+            res = self._claim_key(ns, kb, None if intents is None else intents[0],
+                                  None if event_times is None else event_times[0], None, claimant, None, &now)
+            return _batch_result([res], namespace, [kb], now, self._counts)
         kbs, groups = self._hasher.route_keys(ns.prefix, keys, self._nparts)
         cdef list digests = [None] * n if intents is None else self._hasher.intent_digests(intents, ns.fields)
         cdef object ets = None if event_times is None else times_us(event_times, _time_us_slow)
         cdef object cl = None if claimant is None else _small_bytes(claimant, "claimant", _max_claimant)
-        cdef int64_t now = self._now()
+        now = self._now()
         cdef list results = [None] * n
         # Straight to the write transactions: a batch almost always writes
         # something, and a partition whose keys all turn out to be duplicates
@@ -335,30 +344,6 @@ cdef class StoreCore:
         # probe every key twice.
         self._write_batch(C_BATCH_CLAIM, ns, groups, kbs, digests, None, now, ns.lease_us, ets, cl, results)
         return _batch_result(results, namespace, kbs, now, self._counts)
-
-    cdef object _claim_one_windowed(self, NamespaceCore ns, object namespace, object keys, object intents,
-                                    object event_times, object claimant):
-        # claim_many of one key (checked as the batch path checks it) in its
-        # partition's window: the BatchResult, or None when the partition
-        # has no window or it could not take the call (nothing ran).
-        cdef bytes kb = key_bytes(keys[0])
-        cdef uint32_t p = self._route(ns, kb)
-        cdef object window = self._windows[p]
-        if window is None:
-            return None
-        cdef object digest = None
-        if intents is not None and intents[0] is not None:
-            digest = self._hasher._intent_digest(intents[0], ns.fields)
-        cdef int64_t et = DS_NO_TIME
-        if event_times is not None and event_times[0] is not None:
-            et = _time_us(event_times[0], _time_us_slow)
-        cdef object cl = None if claimant is None else _small_bytes(claimant, "claimant", _max_claimant)
-        cdef int64_t now = self._now()
-        cdef object res = _one_in(<WindowCore?>window, C_BATCH_CLAIM, <Space?>ns.spaces[p], kb, digest, None, now,
-                                  ns.lease_us, et, cl, None)
-        if res is _CLOSED:
-            return None
-        return _batch_result([res], namespace, [kb], now, self._counts)
 
     cdef tuple _leased_one(self, int kind, object namespace, object key, object token, object outcome):
         # complete() (``kind`` C_BATCH_COMPLETE) or release(): (its result,

@@ -127,10 +127,7 @@ cdef class WindowCore:
         try:
             result = op(ov)
         except BaseException:
-            try:
-                ov.rollback()
-            finally:
-                self.lock.give()
+            self._abort(ov)
             raise
         if not self._leave(ov, sync):
             return _CLOSED
@@ -150,6 +147,15 @@ cdef class WindowCore:
             self.lock.give()
             raise
         return self.overlay
+
+    cdef int _abort(self, Overlay ov) except -1:
+        # After the op that _enter let run raised: its writes undone and the
+        # lock released (the caller raises the op's error again).
+        try:
+            ov.rollback()
+        finally:
+            self.lock.give()
+        return 0
 
     cdef bint _leave(self, Overlay ov, bint sync, bint claim=False) except -1:
         # After the op that _enter let run: log its writes and release the
@@ -264,10 +270,7 @@ cdef tuple _write_windows(list windows, list spaces, dict groups, int kind, list
                 else:
                     _release_batch(space, order, keys, a, now, results, ov)
             except BaseException:
-                try:
-                    ov.rollback()
-                finally:
-                    wc.lock.give()
+                wc._abort(ov)
                 raise
             if not wc._leave(ov, True, kind == C_BATCH_CLAIM):
                 left.append(p)
@@ -295,10 +298,7 @@ cdef object _one_in(WindowCore wc, int kind, Space space, bytes key, object a, o
         else:
             res = space.release(ov, key, a, now)
     except BaseException:
-        try:
-            ov.rollback()
-        finally:
-            wc.lock.give()
+        wc._abort(ov)
         raise
     if not wc._leave(ov, True, kind == C_BATCH_CLAIM):
         return _CLOSED

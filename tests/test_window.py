@@ -602,9 +602,9 @@ def test_a_failed_log_write_in_a_batch_call_goes_the_ordinary_way(
 def test_a_batch_of_one_in_a_window_that_cannot_take_it_goes_the_ordinary_way(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # claim_many of one key runs in its window as claim() does (StoreCore's
-    # _claim_one_windowed); when the window's log write fails, nothing of
-    # it stays in the overlay and the batch path commits it directly.
+    # claim_many of one key in flush mode takes claim()'s path (StoreCore's
+    # _claim_key); when the window's log write fails, nothing of it stays
+    # in the overlay and it is committed directly, as claim()'s would be.
     monkeypatch.setattr(window, "MAP_BYTES", 0)
     with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
         s.ensure_namespace("n")
