@@ -6,7 +6,7 @@ from typing import Any
 from typing_extensions import disjoint_base
 
 from .errors import LeaseLostError
-from .verdicts import BatchResult, Record, Status
+from .verdicts import BatchResult, Record, RecordState, Status
 
 NEW: int
 DUPLICATE: int
@@ -279,9 +279,11 @@ BATCH_CLAIM: int
 BATCH_COMPLETE: int
 BATCH_RELEASE: int
 def time_us(value: object, slow: Callable[[object, str], int]) -> int: ...
+RECORD_FIELDS: tuple[str, ...]
+def bind_record(cls: type[Record], pending: RecordState, unknown: RecordState, completed: RecordState) -> None: ...
+def make_record(namespace: str, key: bytes, generation: int, raw: bytes, now_us: int) -> Record: ...
 def bind_store(
     batch_cls: type[BatchCore],
-    record_of: Callable[[str, bytes, int, bytes, int], Record],
     status_by_code: tuple[Any, ...],
     leased_codes: tuple[bool, ...],
     small_bytes: Callable[[object, str, int], bytes],

@@ -1,4 +1,7 @@
 cimport cython
+from cpython.object cimport Py_TYPE
+from cpython.tuple cimport PyTuple_GET_ITEM
+from cpython.type cimport PyType_GenericAlloc
 
 # Included at the end of _native.pyx: the per-call path of the store
 # (dedupstore/store.py's DedupStore subclasses StoreCore, its _Namespace
@@ -13,7 +16,6 @@ cimport cython
 
 #: bind_store()'s arguments, read at each call.
 cdef object _batch_cls = None      # verdicts.BatchResult
-cdef object _record_of = None      # verdicts.Record.from_raw
 cdef tuple _status_by_code = None  # verdicts.STATUS_BY_CODE
 cdef bint _leased[8]               # verdicts.LEASED_CODES
 cdef object _small_bytes = None    # store._small_bytes
@@ -24,12 +26,12 @@ cdef Py_ssize_t _max_claimant = 0, _max_event_id = 0, _max_batch = 0
 cdef object _time_time = None
 
 
-def bind_store(batch_cls, record_of, tuple status_by_code, tuple leased_codes, small_bytes,
+def bind_store(batch_cls, tuple status_by_code, tuple leased_codes, small_bytes,
                lease_us, time_us_slow, Py_ssize_t max_claimant, Py_ssize_t max_event_id,
                Py_ssize_t max_batch) -> None:
     """Called once by dedupstore/store.py with what the calls use of it and
     of dedupstore/verdicts.py."""
-    global _batch_cls, _record_of, _status_by_code, _small_bytes, _lease_us, _time_us_slow
+    global _batch_cls, _status_by_code, _small_bytes, _lease_us, _time_us_slow
     global _max_claimant, _max_event_id, _max_batch
     if not issubclass(batch_cls, BatchCore):
         raise TypeError("bind_store() needs a BatchCore subclass")
@@ -37,12 +39,85 @@ def bind_store(batch_cls, record_of, tuple status_by_code, tuple leased_codes, s
         raise ValueError("bind_store() needs one lease flag per status code (at most 8)")
     for i, flag in enumerate(leased_codes):
         _leased[i] = flag
-    _batch_cls, _record_of, _status_by_code = batch_cls, record_of, status_by_code
+    _batch_cls, _status_by_code = batch_cls, status_by_code
     _small_bytes, _lease_us, _time_us_slow = small_bytes, lease_us, time_us_slow
     _max_claimant, _max_event_id, _max_batch = max_claimant, max_event_id, max_batch
     global _time_time
     import time
     _time_time = time.time
+
+
+#: bind_record()'s: verdicts.Record, the slot descriptors of its fields (in
+#: RECORD_FIELDS order) and verdicts.RecordState's members.
+cdef object _record_cls = None
+cdef tuple _record_slots = None
+cdef object _rs_pending = None, _rs_unknown = None, _rs_completed = None
+
+#: verdicts.Record's fields, in the order make_record() fills them.
+RECORD_FIELDS = ("namespace", "key", "state", "intent_digest", "first_seen", "lease_expires", "completed_at",
+                 "token", "attempts", "event_time", "event_id", "claimant", "outcome", "other_events",
+                 "generation")
+
+
+def bind_record(cls, pending, unknown, completed) -> None:
+    """Called once by dedupstore/verdicts.py: ``cls`` is its Record, a
+    frozen dataclass with slots whose fields are RECORD_FIELDS in that
+    order; the others are RecordState's members."""
+    global _record_cls, _record_slots, _rs_pending, _rs_unknown, _rs_completed
+    import dataclasses
+    import types
+    names = tuple(f.name for f in dataclasses.fields(cls))
+    if names != RECORD_FIELDS:
+        raise TypeError(f"bind_record() needs a dataclass of the fields {RECORD_FIELDS}; got {names}")
+    slots = tuple(cls.__dict__.get(name) for name in names)
+    if cls.__new__ is not object.__new__ or not all(type(d) is types.MemberDescriptorType for d in slots):
+        raise TypeError("bind_record() needs a dataclass with slots=True and object's __new__")
+    _record_cls, _record_slots = cls, slots
+    _rs_pending, _rs_unknown, _rs_completed = pending, unknown, completed
+
+
+cdef inline int _fill(object rec, Py_ssize_t i, object value) except -1:
+    # Slot i of a Record being made: what object.__setattr__ would do,
+    # without the frozen dataclass's __setattr__ (which refuses) or a lookup.
+    cdef object d = <object>PyTuple_GET_ITEM(_record_slots, i)
+    return Py_TYPE(d).tp_descr_set(d, rec, value)
+
+
+cdef inline object _us_or_none(int64_t us):
+    return None if us == DS_NO_TIME else us / 1e6
+
+
+cdef object _make_record(object namespace, bytes key, uint32_t generation, bytes raw, int64_t now):
+    # Record.from_raw: the Record of ``raw`` at ``now`` (us) in ``generation``,
+    # made without its __init__ (whose keyword call and fifteen
+    # object.__setattr__ cost ten times the decoding).
+    cdef ds_record r
+    _decode(raw, &r)
+    cdef bint done = r.state == DS_STATE_COMPLETED
+    cdef object rec = PyType_GenericAlloc(_record_cls, 0)
+    _fill(rec, 0, namespace)
+    _fill(rec, 1, key)
+    _fill(rec, 2, _rs_completed if done else _rs_pending if r.until > now else _rs_unknown)
+    _fill(rec, 3, PyBytes_FromStringAndSize(<char *>r.intent, 16) if r.flags & DS_F_INTENT else None)
+    _fill(rec, 4, r.first_seen / 1e6)
+    _fill(rec, 5, None if done else r.until / 1e6)
+    _fill(rec, 6, r.until / 1e6 if done else None)
+    _fill(rec, 7, r.token)
+    _fill(rec, 8, r.attempts)
+    _fill(rec, 9, _us_or_none(r.event_time))
+    _fill(rec, 10, PyBytes_FromStringAndSize(<char *>r.event_id, r.event_id_len) if r.event_id_len else None)
+    _fill(rec, 11, PyBytes_FromStringAndSize(<char *>r.claimant, r.claimant_len) if r.claimant_len else None)
+    _fill(rec, 12, PyBytes_FromStringAndSize(<char *>r.outcome, r.outcome_len) if done else None)
+    _fill(rec, 13, r.other_events)
+    _fill(rec, 14, generation)
+    return rec
+
+
+def make_record(namespace, bytes key, uint32_t generation, bytes raw, int64_t now_us):
+    """verdicts.Record.from_raw: the Record of stored record ``raw``."""
+    if _record_cls is None:
+        raise RuntimeError("dedupstore.verdicts has not bound its Record (bind_record)")
+    return _make_record(namespace, key, generation, raw, now_us)
 
 
 @cython.freelist(32)
@@ -80,7 +155,7 @@ cdef class ClaimResult:
     def record(self):
         # Decoded on first use: most callers of a NEW verdict never look.
         if self._record is None and self._raw is not None:
-            self._record = _record_of(self.namespace, self.key, self._gen, self._raw, self._now)
+            self._record = _make_record(self.namespace, self.key, <uint32_t>self._gen, self._raw, self._now)
         return self._record
 
     @property
@@ -372,7 +447,7 @@ cdef class StoreCore:
         """
         res, kb, now = self._leased_one(C_BATCH_COMPLETE, namespace, key, token, outcome)
         _, raw, gen = res
-        return _record_of(namespace, kb, gen, raw, now)
+        return _make_record(namespace, kb, gen, raw, now)
 
     def release(self, namespace, key, token):
         """Remove the claim: only when the caller knows no effect happened."""

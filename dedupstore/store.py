@@ -1324,6 +1324,6 @@ class DedupStore(_native.StoreCore):
 
 
 _native.bind_store(
-    BatchResult, Record.from_raw, STATUS_BY_CODE, LEASED_CODES, _small_bytes, _lease_us, _time_us,
+    BatchResult, STATUS_BY_CODE, LEASED_CODES, _small_bytes, _lease_us, _time_us,
     MAX_CLAIMANT_BYTES, MAX_EVENT_ID_BYTES, MAX_BATCH,
 )

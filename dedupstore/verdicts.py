@@ -51,10 +51,6 @@ class RecordState(enum.Enum):
     COMPLETED = "COMPLETED"
 
 
-def _seconds(us: int) -> float | None:
-    return None if us == _native.NO_TIME else us / 1e6
-
-
 @dataclass(frozen=True, slots=True)
 class Record:
     """The stored evidence for one (namespace, key)."""
@@ -79,29 +75,11 @@ class Record:
 
     @classmethod
     def from_raw(cls, namespace: str, key: bytes, generation: int, raw: bytes, now_us: int) -> Record:
-        (state, _flags, attempts, first_seen, until, token, intent, event_time, other_events, claimant,
-         event_id, outcome) = _native.decode_record(raw)
-        completed = state == _native.STATE_COMPLETED
-        rstate = RecordState.COMPLETED
-        if not completed:
-            rstate = RecordState.PENDING if until > now_us else RecordState.UNKNOWN
-        return cls(
-            namespace=namespace,
-            key=key,
-            state=rstate,
-            intent_digest=intent,
-            first_seen=first_seen / 1e6,
-            lease_expires=None if completed else until / 1e6,
-            completed_at=until / 1e6 if completed else None,
-            token=token,
-            attempts=attempts,
-            event_time=_seconds(event_time),
-            event_id=event_id,
-            claimant=claimant,
-            outcome=outcome if completed else None,
-            other_events=other_events,
-            generation=generation,
-        )
+        """The Record of stored record ``raw`` (csrc/ds_record.h) in
+        ``generation``, its state as of ``now_us``: PENDING while the lease
+        runs, UNKNOWN once it has expired, COMPLETED with the outcome. Made
+        in C (_native.make_record), without the dataclass's __init__."""
+        return _native.make_record(namespace, key, generation, raw, now_us)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view (bytes as UTF-8 where they decode, else hex)."""
@@ -231,3 +209,6 @@ class BatchResult(_native.BatchCore, Sequence[ClaimResult]):
     def __repr__(self) -> str:
         counts = ", ".join(f"{s.name}={n}" for s, n in self.counts().items() if n)
         return f"BatchResult({len(self)} keys: {counts})"
+
+
+_native.bind_record(Record, RecordState.PENDING, RecordState.UNKNOWN, RecordState.COMPLETED)

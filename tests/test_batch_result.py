@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from conftest import FakeClock
 
-from dedupstore import BatchResult, ClaimResult, DedupStore, Status
+from dedupstore import BatchResult, ClaimResult, DedupStore, Record, RecordState, Status, _native
 
 
 def _lazy(n: int, built: list[int]) -> BatchResult:
@@ -76,3 +77,50 @@ def test_a_claim_result_pickles_with_its_record(tmp_path) -> None:  # type: igno
             assert (back.status, back.token, back.key, back.outcome) == (res.status, res.token, res.key, res.outcome)
             assert back.record == res.record
         assert pickle.loads(pickle.dumps(dup)).outcome == b"done"
+
+
+def _record_by_init(namespace: str, key: bytes, generation: int, raw: bytes, now_us: int) -> Record:
+    # The dataclass's own constructor, from the decoded fields: what the
+    # native Record.from_raw must build without calling it.
+    (state, _flags, attempts, first_seen, until, token, intent, event_time, other_events, claimant, event_id,
+     outcome) = _native.decode_record(raw)
+    done = state == _native.STATE_COMPLETED
+    return Record(
+        namespace=namespace, key=key,
+        state=RecordState.COMPLETED if done else RecordState.PENDING if until > now_us else RecordState.UNKNOWN,
+        intent_digest=intent, first_seen=first_seen / 1e6, lease_expires=None if done else until / 1e6,
+        completed_at=until / 1e6 if done else None, token=token, attempts=attempts,
+        event_time=None if event_time == _native.NO_TIME else event_time / 1e6, event_id=event_id,
+        claimant=claimant, outcome=outcome if done else None, other_events=other_events, generation=generation,
+    )
+
+
+def test_records_made_natively_equal_the_dataclass_constructor(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import dataclasses
+    import pickle
+
+    clock = FakeClock()
+    with DedupStore.open(tmp_path / "s", durability="flush", clock=clock) as store:
+        store.ensure_namespace("ns", lease="30s")
+        # Every optional field both set and unset; the completed record also
+        # counts a redelivery under another event id.
+        bare = store.claim("ns", "bare")
+        full = store.claim("ns", "full", {"a": 1}, event_time=clock() - 60, event_id="e-1", claimant="w-1")
+        store.complete("ns", "full", full.token, b"outcome")
+        store.claim("ns", "full", {"a": 1}, event_id="e-2")
+        dup = store.claim("ns", "full", {"a": 1})
+        assert dup.status is Status.DUPLICATE
+        now = int(clock() * 1e6)
+        cases = [(res, at) for res in (bare, full, dup) for at in (now, now + 31_000_000)]
+    made = [Record.from_raw("ns", res.key, 7, res._raw, at) for res, at in cases]
+    assert {rec.state for rec in made} == set(RecordState)
+    assert made[-1].outcome == b"outcome" and made[-1].other_events == 1
+    for (res, at), rec in zip(cases, made, strict=True):
+        want = _record_by_init("ns", res.key, 7, res._raw, at)
+        assert type(rec) is Record and rec == want
+        for f in dataclasses.fields(Record):
+            assert type(getattr(rec, f.name)) is type(getattr(want, f.name)), f.name
+        assert hash(rec) == hash(want) and repr(rec) == repr(want)
+        assert pickle.loads(pickle.dumps(rec)) == rec
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            rec.token = 1  # type: ignore[misc]
