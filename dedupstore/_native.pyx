@@ -151,33 +151,19 @@ cdef class Hasher:
         if type(items) is not list:
             items = list(items)
         cdef Py_ssize_t i, n = len(items)
-        cdef Py_ssize_t width = 2 if max_outcome < 0 else 3
         cdef list kbs = [None] * n
         cdef list toks = [None] * n
         cdef list outs = None if max_outcome < 0 else [None] * n
         cdef dict groups = {}
-        cdef bytes kb
-        cdef tuple item
-        cdef object raw
-        cdef str shape = "(key, token, outcome)" if width == 3 else "(key, token)"
         if PyBytes_GET_SIZE(ns_prefix) != 2 or partitions < 1:
             raise ValueError("route_leased() takes a 2-byte namespace prefix and at least one partition")
         memcpy(buf, PyBytes_AS_STRING(ns_prefix), 2)
+        cdef bytes kb
         for i in range(n):
-            raw = items[i]
-            if type(raw) is tuple:
-                item = <tuple>raw
-            elif isinstance(raw, (tuple, list)):
-                item = tuple(raw)
-            else:
-                raise InvalidInputError(f"each item must be {shape}; item {i} is a {type(raw).__name__}")
-            if len(item) != width:
-                raise InvalidInputError(f"each item must be {shape}; item {i} has {len(item)} fields")
-            kb = key_bytes(item[0])
+            kb, toks[i], out = _leased_item(items[i], i, max_outcome, namespace)
             kbs[i] = kb
-            toks[i] = check_token(item[1])
             if outs is not None:
-                outs[i] = checked_outcome(item[2], max_outcome, namespace)
+                outs[i] = out
             _group(groups, self._route(buf, kb, partitions), i)
         return kbs, toks, outs, groups
 
@@ -220,6 +206,27 @@ cpdef object check_token(object value):
     if (type(value) is int or (isinstance(value, int) and not isinstance(value, bool))) and 1 <= value <= MAX_TOKEN:
         return value
     raise InvalidTokenError(f"token must be an int in 1..2**63-1 as returned by claim(); got {value!r}")
+
+
+cdef tuple _leased_item(object raw, Py_ssize_t i, Py_ssize_t max_outcome, str namespace):
+    # Item i of complete_many's items (key, token, outcome), or with
+    # ``max_outcome`` -1 release_many's (key, token), checked as
+    # route_leased() documents: (key as bytes, token, outcome as bytes or None).
+    cdef Py_ssize_t width = 2 if max_outcome < 0 else 3
+    cdef tuple item
+    if type(raw) is tuple:
+        item = <tuple>raw
+    elif isinstance(raw, (tuple, list)):
+        item = tuple(raw)
+    else:
+        raise InvalidInputError(f"each item must be {_ITEM_SHAPES[width]}; item {i} is a {type(raw).__name__}")
+    if len(item) != width:
+        raise InvalidInputError(f"each item must be {_ITEM_SHAPES[width]}; item {i} has {len(item)} fields")
+    return (key_bytes(item[0]), check_token(item[1]),
+            None if width == 2 else checked_outcome(item[2], max_outcome, namespace))
+
+
+cdef dict _ITEM_SHAPES = {2: "(key, token)", 3: "(key, token, outcome)"}
 
 
 cdef inline int _group(dict groups, uint32_t p, Py_ssize_t i) except -1:
@@ -1474,7 +1481,7 @@ cdef class Space:
             _put(txn, self._hit, stored, self.records)
         return (out.status, out.token, out.retry_after, stored, bool(out.other_event), True, found)
 
-    def complete(self, txn, bytes key, uint64_t token, bytes outcome, int64_t now):
+    cpdef tuple complete(self, object txn, bytes key, uint64_t token, bytes outcome, int64_t now):
         """(op code, raw record after, generation it lives in). The completed
         record moves from the pending database to the generation probes start
         from: the current one, unless a newer one was written or it is sealed."""
@@ -1487,7 +1494,7 @@ cdef class Space:
         # ``top`` and ``gs`` as _reach() gave them in this transaction; ``gs``
         # is kept current here, so a batch reads them once.
         cdef ds_record cur, nxt
-        cdef bytes kb = _new_key(self.prefix, key)
+        cdef bytes kb
         cdef bytes ukey = _unresolved_key(self.prefix, key)
         cdef uint32_t found = UNRESOLVED_GEN
         cdef int rc
@@ -1498,7 +1505,7 @@ cdef class Space:
         # generations are probed only for a repeated completion.
         cdef object raw = _get(get, ukey, self.pending)
         if raw is None:
-            raw = self._find(get, kb, ukey, top, &found, False)
+            raw = self._find(get, _new_key(self.prefix, key), ukey, top, &found, False)
         if raw is None:
             return (DS_OP_LEASE_LOST, None, 0)
         _decode(raw, &cur)
@@ -1527,16 +1534,20 @@ cdef class Space:
             self._write_state(txn, gs)
         return (rc, stored, top)
 
-    def release(self, txn, bytes key, uint64_t token, int64_t now):
+    cpdef int release(self, object txn, bytes key, uint64_t token, int64_t now) except? -1:
         cdef ds_record cur
         cdef bytes ukey = _unresolved_key(self.prefix, key)
-        cdef object raw = txn.get(ukey, None, self.pending)
+        cdef object raw = _get(_getter(txn), ukey, self.pending)
         if raw is None:
             return DS_OP_LEASE_LOST  # only an unresolved record can be released
         _decode(raw, &cur)
         if ds_release_decide(&cur, token) != DS_OP_APPLY:
             return DS_OP_LEASE_LOST
-        txn.delete(ukey, b"", self.pending)
+        if type(txn) is Overlay:
+            # Known to be there (just read), as in _complete.
+            (<Overlay>txn)._write(2, ukey, None, False)
+        else:
+            txn.delete(ukey, b"", self.pending)
         return DS_OP_APPLY
 
     def renew(self, txn, bytes key, uint64_t token, int64_t now, int64_t lease):
@@ -1625,6 +1636,20 @@ cdef object _time_us(object t, object slow):
         if not overflow and -100000000000 < v < 100000000000:
             return v * 1000000
     return slow(t, "event_time")
+
+
+cdef inline int _tally_one(tuple res, list counts) except -1:
+    # _tally() of one verdict tuple (claim()'s).
+    cdef Py_ssize_t n = len(counts)
+    cdef int code = res[0]
+    if n < 2 + DS_BEYOND_HORIZON + 1:
+        raise ValueError("tally() needs a counts list of every status code and two more")
+    counts[code] += 1
+    if res[4]:
+        counts[n - 2] += 1
+    elif code == DS_DUPLICATE:
+        counts[n - 1] += 1
+    return 0
 
 
 cdef int _tally(object rows, list counts) except -1:
@@ -2085,7 +2110,10 @@ cdef class Overlay:
         return n, puts, deletes
 
     def __len__(self):
-        return len(self._recs) + len(self._pend) + len(self._metas)
+        return self._count()
+
+    cdef inline Py_ssize_t _count(self):
+        return PyDict_Size(self._recs) + PyDict_Size(self._pend) + PyDict_Size(self._metas)
 
     def rebase(self, snapshot):
         """Read from ``snapshot`` from now on, keeping every write: the

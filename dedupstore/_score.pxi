@@ -365,7 +365,7 @@ cdef class StoreCore:
         # No lock: the native tally (here and in claim_many's) holds the GIL
         # throughout and calls no Python code, so it is atomic for every
         # other thread.
-        _tally((res,), self._counts)
+        _tally_one(res, self._counts)
         return _verdict(res, namespace, kb, now)
 
     cdef tuple _claim_key(self, NamespaceCore ns, bytes kb, object intent, object event_time, object event_id,
@@ -464,12 +464,28 @@ cdef class StoreCore:
         cdef list kbs, toks
         cdef object outs
         cdef dict groups
-        kbs, toks, outs, groups = self._hasher.route_leased(
-            ns.prefix, items, self._nparts, ns.max_outcome if completes else -1, namespace
-        )
-        cdef int64_t now = self._now()
-        cdef list results = [None] * n
-        self._write_batch(kind, ns, groups, kbs, toks, outs, now, 0, None, None, results)
+        cdef int64_t now
+        cdef list results
+        cdef bytes kb
+        cdef object tok, out
+        cdef int rc
+        if n == 1 and self._windows is not None:
+            # The consumer's common batch, of one item, in flush mode:
+            # complete()'s path, without the batch's lists and groups.
+            kb, tok, out = _leased_item(items[0], 0, ns.max_outcome if completes else -1, namespace)
+            now = self._now()
+            res = self._one(kind, ns, self._route(ns, kb), kb, tok, out, now, 0, DS_NO_TIME, None, None)
+            rc = (<tuple>res)[0] if completes else res
+            if rc == DS_OP_APPLY or rc == DS_OP_NOOP:
+                return [None]
+            return self._lease_errors(namespace, [kb], [tok], [rc])
+        else:
+            kbs, toks, outs, groups = self._hasher.route_leased(
+                ns.prefix, items, self._nparts, ns.max_outcome if completes else -1, namespace
+            )
+            now = self._now()
+            results = [None] * n
+            self._write_batch(kind, ns, groups, kbs, toks, outs, now, 0, None, None, results)
         if _all_applied(results, completes):
             return [None] * n
         return self._lease_errors(namespace, kbs, toks, [res[0] for res in results] if completes else results)

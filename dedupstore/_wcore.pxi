@@ -163,25 +163,25 @@ cdef class WindowCore:
         # only once overdue, see _apply_if_due). False: the log write
         # failed, the op was undone and the window is being given up; the
         # caller takes the ordinary path.
-        cdef object n, mark = None
+        cdef Py_ssize_t n
+        cdef object mark = None
         try:
             try:
                 if self._journal is None:
                     n = ov._log_into(<LogFile?>self._log, self._index, self._records, self._size)
+                    self._size += <uint64_t>n
                 else:
                     n, mark = self._journal.log_window(ov, self._index, self._label)
             except OSError as exc:
                 self._log_failed(exc)
                 return False
             if n:
-                if self._journal is None:
-                    self._size += n
                 self._records += 1
-                self.logged_bytes += n
+                self.logged_bytes += <uint64_t>n
                 # A full overlay is applied at once, unless an apply is
                 # running already (it holds ``applying``; waiting for it here
                 # would invert the lock order): then the next one takes it.
-                if len(ov) >= _wglobals["MAX_PENDING"] and self.applying.acquire(False):
+                if ov._count() >= <Py_ssize_t>_wglobals["MAX_PENDING"] and self.applying.acquire(False):
                     try:
                         self._apply()
                     finally:

@@ -25,6 +25,8 @@ from hypothesis import strategies as st
 from dedupstore import (
     DedupStore,
     InvalidDurationError,
+    InvalidInputError,
+    LeaseLostError,
     RecordState,
     Status,
     StoreFormatError,
@@ -623,6 +625,43 @@ def test_a_batch_of_one_in_a_window_that_cannot_take_it_goes_the_ordinary_way(
                                           "CONFLICT": 1}
     with DedupStore.open(tmp_path / "s", durability="flush") as s:
         assert [r.status for r in s.claim_many("n", ["a", "b"])] == [Status.IN_PROGRESS] * 2
+
+
+def test_completions_and_releases_of_one_item_answer_as_a_batch_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # complete_many and release_many of one item in flush mode take
+    # complete()'s and release()'s path (StoreCore._leased_many); their
+    # answers, lease errors and refusals are the batch's, and a failed log
+    # write sends them the ordinary way.
+    monkeypatch.setattr(window, "MAP_BYTES", 0)
+    with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
+        s.ensure_namespace("n")
+        got = s.claim_many("n", ["a", "b", "c", "d"])
+        win = s._parts[0].window
+        assert win is not None and win.active
+        a, b, c, d = got.tokens
+        assert s.complete_many("n", [("a", a, b"A")]) == [None]
+        assert s.complete_many("n", [["a", a, "A"]]) == [None]  # the same completion again: a no-op
+        (differs,) = s.complete_many("n", [("a", a, b"other")])
+        (stale,) = s.complete_many("n", [("b", b + 1, b"B")])
+        (lost,) = s.release_many("n", [("b", b + 1)])
+        # The same items in batches of two: the same errors.
+        pair = s.complete_many("n", [("a", a, b"other"), ("b", b + 1, b"B")])
+        assert [type(e) for e in (differs, stale, lost)] == [type(e) for e in (*pair, pair[1])]
+        assert all(isinstance(e, LeaseLostError) for e in (differs, stale, lost))
+        assert str(differs) == str(pair[0]) and str(stale) == str(pair[1])
+        for bad, where in (([("b", b)], "complete_many"), ([("b", b, b"B")], "release_many")):
+            with pytest.raises(InvalidInputError, match="item 0 has"):
+                getattr(s, where)("n", bad)
+        assert s.release_many("n", [("b", b)]) == [None]
+        assert s.claim("n", "b").status is Status.NEW  # released
+        _fail_log_writes(win)
+        assert s.complete_many("n", [("c", c, b"C")]) == [None] and not win.active  # committed directly
+        assert s.release_many("n", [("d", d)]) == [None]
+    with DedupStore.open(tmp_path / "s", durability="flush") as s:
+        assert s.lookup("n", "a").outcome == b"A" and s.lookup("n", "c").outcome == b"C"  # type: ignore[union-attr]
+        assert s.lookup("n", "d") is None and s.claim("n", "b").status is Status.IN_PROGRESS
 
 
 def test_a_batch_call_writes_every_partition_when_one_fails(tmp_path: Path) -> None:
