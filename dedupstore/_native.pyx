@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_Keys, PyDict_Next, PyDict_Size
+from cpython.list cimport PyList_Clear
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.ref cimport PyObject, Py_DECREF, Py_INCREF
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
@@ -471,8 +472,10 @@ cdef int _canon_into(ds_buf *b, object intent, tuple fields) except -1:
     cdef bytes raw
     if intent is None:
         return 0
-    if isinstance(intent, (bytes, bytearray, memoryview)):
-        raw = intent if type(intent) is bytes else bytes(intent)
+    if type(intent) is bytes:
+        raw = <bytes>intent
+    elif isinstance(intent, (bytes, bytearray, memoryview)):
+        raw = bytes(intent)
     elif isinstance(intent, str):
         try:
             raw = (<str>intent).encode("utf-8")
@@ -1941,12 +1944,18 @@ cdef class Overlay:
         # deleted again leaves no change to apply (a claim completed within
         # one apply interval never touches LMDB's pending database).
         cdef dict m = self._map(code)
+        self._write_at(code, m, key, value, fresh, m.get(key, _ABSENT))
+
+    cdef _write_at(self, int code, dict m, bytes key, object value, bint fresh, object old):
+        # _write() where ``old`` is m.get(key, _ABSENT) already.
         cdef set f = self._fresh_of(code)
-        cdef bint was = key in f
+        # Only a key of ``m`` can be in ``f``: a fresh key deleted again
+        # leaves both.
+        cdef bint was = old is not _ABSENT and key in f
         cdef uint8_t *head
         cdef Py_ssize_t klen = PyBytes_GET_SIZE(key)
         cdef Py_ssize_t vlen = 0 if value is None else PyBytes_GET_SIZE(value)
-        self._undo.append((m, key, m.get(key, _ABSENT), f, was))
+        self._undo.append((m, key, old, f, was))
         if value is None and was:
             del m[key]
             f.discard(key)
@@ -1970,10 +1979,11 @@ cdef class Overlay:
     cdef bint _put_absent(self, int code, bytes key, bytes value):
         # put(overwrite=False) of a key the caller knows the snapshot lacks
         # (the live filter): only this overlay is asked.
-        cdef object v = self._map(code).get(key, _ABSENT)
+        cdef dict m = self._map(code)
+        cdef object v = m.get(key, _ABSENT)
         if v is not _ABSENT and v is not None:
             return False
-        self._write(code, key, value, v is _ABSENT)
+        self._write_at(code, m, key, value, v is _ABSENT, v)
         return True
 
     def put(self, bytes key, bytes value, bint dupdata=False, bint overwrite=True, bint append=False, db=None):
@@ -2028,7 +2038,7 @@ cdef class Overlay:
         else:
             rec = self._frame(part, seq)
             f.write(PyBytes_AS_STRING(rec), PyBytes_GET_SIZE(rec), offset)
-        del self._undo[:]
+        PyList_Clear(self._undo)  # del [:], without a slice object
         return 18 + n + 4
 
     cdef int _check_size(self, Py_ssize_t n) except -1:
@@ -2066,7 +2076,7 @@ cdef class Overlay:
 
     def keep(self):
         """The ops taken are in the log: they can no longer be undone."""
-        del self._undo[:]
+        PyList_Clear(self._undo)  # del [:], without a slice object
 
     def rollback(self):
         """Undo every write since the last :meth:`keep` (a call that failed
@@ -2081,7 +2091,7 @@ cdef class Overlay:
                 (<set>u[3]).add(u[1])
             else:
                 (<set>u[3]).discard(u[1])
-        del self._undo[:]
+        PyList_Clear(self._undo)  # del [:], without a slice object
         self._olen = 0
 
     def changes(self):
@@ -2152,7 +2162,7 @@ cdef class Overlay:
         self._fpend = set()
         self._fmetas = set()
         self._seen = {}
-        del self._undo[:]
+        PyList_Clear(self._undo)  # del [:], without a slice object
         self._olen = 0
         if self._ocap > OPS_KEEP_BYTES:
             # One huge call (a claim_many of 100,000 keys) does not keep its
