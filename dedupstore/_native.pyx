@@ -124,6 +124,9 @@ cdef class Hasher:
         """Check every key of the sequence ``keys`` (as :func:`key_bytes`) and
         route it: returns (the keys as bytes, {partition: [indexes in input
         order]}). One pass for a whole batch instead of three Python loops."""
+        return self._route_keys(ns_prefix, keys, partitions)
+
+    cdef tuple _route_keys(self, bytes ns_prefix, object keys, uint32_t partitions):
         cdef char buf[2 + C_MAX_KEY_BYTES]
         if type(keys) is not list:
             keys = list(keys)
@@ -148,6 +151,10 @@ cdef class Hasher:
         and each outcome by :func:`outcome_bytes` and against ``max_outcome``
         (the error names ``namespace``). Returns (keys as bytes, tokens,
         outcomes as bytes or None, {partition: [indexes]})."""
+        return self._route_leased(ns_prefix, items, partitions, max_outcome, namespace)
+
+    cdef tuple _route_leased(self, bytes ns_prefix, object items, uint32_t partitions, Py_ssize_t max_outcome,
+                             str namespace):
         cdef char buf[2 + C_MAX_KEY_BYTES]
         if type(items) is not list:
             items = list(items)
@@ -191,6 +198,9 @@ cdef class Hasher:
     def intent_digests(self, intents, tuple fields=None):
         """:meth:`intent_digest` of each of ``intents``, as a list (one call
         for a batch)."""
+        return self._intent_digests(intents, fields)
+
+    cdef list _intent_digests(self, object intents, tuple fields):
         cdef list out = []
         for intent in intents:
             out.append(self._intent_digest(intent, fields))

@@ -1,5 +1,5 @@
 cimport cython
-from cpython.object cimport Py_TYPE
+from cpython.object cimport Py_TYPE, PyTypeObject
 from cpython.tuple cimport PyTuple_GET_ITEM
 from cpython.type cimport PyType_GenericAlloc
 
@@ -22,6 +22,7 @@ cdef object _small_bytes = None    # store._small_bytes
 cdef object _lease_us = None       # store._lease_us
 cdef object _time_us_slow = None   # store._time_us
 cdef Py_ssize_t _max_claimant = 0, _max_event_id = 0, _max_batch = 0
+cdef tuple _EMPTY = ()
 #: time.time, the default clock: StoreCore reads it without the call.
 cdef object _time_time = None
 
@@ -251,7 +252,9 @@ cdef object _batch_result(list results, object namespace, list kbs, int64_t now,
             retry[i] = res[2] / 1e6
     cdef _Verdicts make = _Verdicts.__new__(_Verdicts)
     make.results, make.kbs, make.namespace, make.now = results, kbs, namespace, now
-    cdef BatchCore out = BatchCore.__new__(_batch_cls)
+    # tp_new of the bound subclass without a method call (BatchCore.__new__
+    # of a class not known here would be one).
+    cdef BatchCore out = <BatchCore>(<PyTypeObject *>_batch_cls).tp_new(_batch_cls, <PyObject *>_EMPTY, NULL)
     out._results, out._statuses, out._tokens, out._retry, out._make = [None] * n, statuses, tokens, retry, make
     return out
 
@@ -407,8 +410,8 @@ cdef class StoreCore:
             res = self._claim_key(ns, kb, None if intents is None else intents[0],
                                   None if event_times is None else event_times[0], None, claimant, None, &now)
             return _batch_result([res], namespace, [kb], now, self._counts)
-        kbs, groups = self._hasher.route_keys(ns.prefix, keys, self._nparts)
-        cdef list digests = [None] * n if intents is None else self._hasher.intent_digests(intents, ns.fields)
+        kbs, groups = self._hasher._route_keys(ns.prefix, keys, self._nparts)
+        cdef list digests = [None] * n if intents is None else self._hasher._intent_digests(intents, ns.fields)
         cdef object ets = None if event_times is None else times_us(event_times, _time_us_slow)
         cdef object cl = None if claimant is None else _small_bytes(claimant, "claimant", _max_claimant)
         now = self._now()
@@ -480,7 +483,7 @@ cdef class StoreCore:
                 return [None]
             return self._lease_errors(namespace, [kb], [tok], [rc])
         else:
-            kbs, toks, outs, groups = self._hasher.route_leased(
+            kbs, toks, outs, groups = self._hasher._route_leased(
                 ns.prefix, items, self._nparts, ns.max_outcome if completes else -1, namespace
             )
             now = self._now()
