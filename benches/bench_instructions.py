@@ -22,6 +22,8 @@ often per call than at full speed.
                       of the default 12 h horizon, sealed and filtered, as a
                       store that has run a while probes for every new key
     claim_many(1)     claim_many() of one new key, with an event time
+    claim+complete    claim() then complete() of a new key: a single-call
+                      consumer's round (dedupstore bench --mode single)
     round(1)          claim_many(1) then complete_many(1): dedupstore bench's
                       consumer round at its mean batch of 1 to 2 events
     round(100)/key    the same with 100 keys, per key: the batch target's path
@@ -80,6 +82,10 @@ keys = [f"k{i}" for i in range(n)]
 if what in ("claim", "claim_aged"):
     for k in keys:
         s.claim("ns", k, intent, event_time=t)
+elif what == "single":
+    for k in keys:
+        r = s.claim("ns", k, intent, event_time=t)
+        s.complete("ns", r.key, r.token, b"ok")
 elif what == "claim_many1":
     for k in keys:
         s.claim_many("ns", [k], ints, event_times=ets)
@@ -93,6 +99,7 @@ os._exit(0)  # no close: its last apply and checkpoint would count
 SCENARIOS = {
     "claim": ("claim", 1),
     "claim, aged": ("claim_aged", 1),
+    "claim+complete": ("single", 1),
     "claim_many(1)": ("claim_many1", 1),
     "round(1)": ("round1", 1),
     "round(100)/key": ("round100", 100),

@@ -22,7 +22,7 @@ def bench() -> ModuleType:
     return _benches.load("bench_instructions")
 
 
-@pytest.mark.parametrize("scenario", ["claim", "round(100)/key"])
+@pytest.mark.parametrize("scenario", ["claim", "claim+complete", "round(100)/key"])
 def test_more_calls_count_more_instructions(bench: ModuleType, scenario: str, tmp_path: Path) -> None:
     what, per = bench.SCENARIOS[scenario]
     calls = 5 if per > 1 else 300
