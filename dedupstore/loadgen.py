@@ -765,6 +765,12 @@ class RampResult:
         passed = [s.rate for s in self.steps if s.ok]
         return max(passed) if passed else None
 
+    @property
+    def capped(self) -> bool:
+        """Every step was sustained: the ramp ran out of steps before it
+        found a rate that is not, so :attr:`max_rate` is only a lower bound."""
+        return bool(self.steps) and all(s.ok for s in self.steps)
+
     def to_dict(self) -> dict[str, Any]:
         best = self.max_rate
         return {
@@ -772,6 +778,7 @@ class RampResult:
             "batch": self.batch,
             "p99_limit_us": self.p99_limit_us,
             "max_rate": None if best is None else round(best, 1),
+            "capped": self.capped,
             "steps": [s.to_dict() for s in self.steps],
         }
 
@@ -785,7 +792,7 @@ def find_max_rate(
     p99_limit_us: float = 1000.0,
     min_achieved: float = 0.95,
     refine: int = 2,
-    max_steps: int = 12,
+    max_steps: int = 20,
     on_step: Callable[[RampStep], None] | None = None,
 ) -> RampResult:
     """Ramp the offered rate until a step is not sustained, then narrow down.
@@ -797,7 +804,8 @@ def find_max_rate(
     until one fails (or, when ``start`` already fails, shrinks by it until one
     passes); then ``refine`` bisections (geometric) between the highest
     sustained rate and the lowest failed one. At most ``max_steps`` steps
-    before the bisections, and none of fewer than MIN_STEP_EVENTS events.
+    before the bisections (the result is then :attr:`RampResult.capped` if
+    none failed), and none of fewer than MIN_STEP_EVENTS events.
     """
     if factor <= 1.0 or start <= 0 or refine < 0 or max_steps < 1:
         raise InvalidInputError("find_max_rate needs start > 0, factor > 1, refine >= 0, max_steps >= 1")

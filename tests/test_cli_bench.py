@@ -114,8 +114,13 @@ def test_find_max_json_shape(capsys: pytest.CaptureFixture[str], monkeypatch: py
             assert step["ok"] == (step["p99_us"] <= 5000 and step["achieved_rate"] >= 0.95 * step["rate"])
         passed = [s["rate"] for s in res["steps"] if s["ok"]]
         assert res["max_rate"] == (max(passed) if passed else None)
+        assert res["capped"] == (len(passed) == len(res["steps"]))
     code, out, _ = run(capsys, "bench", "--find-max", "--step", "300ms", "--durability", "flush")
     assert code == 0 and set(rows(out)) == {"single claims", "batches of 100"}
+    for row in rows(out).values():
+        # Two steps each: a ramp whose steps all passed found only a lower bound, and says so.
+        tried = row.split("(tried ")[1].split(";")[0]
+        assert row.startswith("at least ") == ("!" not in tried and not row.startswith("none"))
 
 
 def test_find_max_refuses_path_and_histogram(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

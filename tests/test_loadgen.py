@@ -196,6 +196,18 @@ def test_ramp_goes_up_then_bisects(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [s["ok"] for s in doc["steps"]][:3] == [True, True, False]
 
 
+def test_a_ramp_that_runs_out_of_steps_says_its_maximum_is_a_lower_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[float] = []
+    monkeypatch.setattr(loadgen, "run_load", _fake_run(1e9, calls))
+    res = find_max_rate(LoadConfig(mode="single"), start=250, factor=1.5, max_steps=4)
+    assert len(calls) == 4 and res.max_rate == calls[-1] and res.capped
+    assert res.to_dict()["capped"] is True
+    calls.clear()
+    monkeypatch.setattr(loadgen, "run_load", _fake_run(30_000.0, calls))
+    res = find_max_rate(LoadConfig(mode="single"), start=250, factor=1.5)  # the CLI's single ramp
+    assert res.max_rate is not None and 21_000 < res.max_rate <= 30_000 and not res.capped
+
+
 def test_ramp_goes_down_when_the_start_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[float] = []
     monkeypatch.setattr(loadgen, "run_load", _fake_run(300.0, calls))
@@ -205,4 +217,4 @@ def test_ramp_goes_down_when_the_start_fails(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(loadgen, "run_load", _fake_run(0.0, calls))
     res = find_max_rate(LoadConfig(mode="single"), start=1000, factor=2.0, step_seconds=1.0)
     assert res.max_rate is None and calls[-1] >= loadgen.MIN_STEP_EVENTS  # stops before steps too small to judge
-    assert res.to_dict()["max_rate"] is None
+    assert res.to_dict()["max_rate"] is None and not res.capped

@@ -254,7 +254,7 @@ def _find_max(args: argparse.Namespace, config: LoadConfig) -> int:
         label = "single claims" if mode == "single" else f"batches of {res['batch']}"
         best = res["max_rate"]
         tried = ", ".join(f"{s['rate']:,.0f}{'' if s['ok'] else '!'}" for s in res["steps"])
-        rows.append((label, (fmt_rate(best) if best else "none sustained") + f"  (tried {tried}; ! = p99 over "
-                            f"{limit_us:,.0f} us or under 95% achieved)"))
+        found = "none sustained" if not best else f"at least {fmt_rate(best)}" if res["capped"] else fmt_rate(best)
+        rows.append((label, found + f"  (tried {tried}; ! = p99 over {limit_us:,.0f} us or under 95% achieved)"))
     emit_table(rows)
     return EXIT_OK
