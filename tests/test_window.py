@@ -26,6 +26,7 @@ from dedupstore import (
     DedupStore,
     InvalidDurationError,
     InvalidInputError,
+    InvalidIntentError,
     LeaseLostError,
     RecordState,
     Status,
@@ -662,6 +663,34 @@ def test_completions_and_releases_of_one_item_answer_as_a_batch_does(
     with DedupStore.open(tmp_path / "s", durability="flush") as s:
         assert s.lookup("n", "a").outcome == b"A" and s.lookup("n", "c").outcome == b"C"  # type: ignore[union-attr]
         assert s.lookup("n", "d") is None and s.claim("n", "b").status is Status.IN_PROGRESS
+
+
+@pytest.mark.parametrize("size", [2, 5])
+def test_a_windowed_batch_checks_every_input_first_and_reports_each_item(tmp_path: Path, size: int) -> None:
+    # Flush mode, two partitions: every input is checked before anything is
+    # written, a key repeated in one batch sees its first claim, and a stale
+    # token is reported while the other items apply.
+    with DedupStore.open(tmp_path / "s", durability="flush", partitions=2, apply_interval=1.0) as s:
+        s.ensure_namespace("n")
+        keys = [f"k{i}" for i in range(size)]
+        with pytest.raises(InvalidIntentError):
+            s.claim_many("n", keys, [b"i"] * (size - 1) + [object()])  # type: ignore[list-item]
+        with pytest.raises(InvalidInputError):
+            s.claim_many("n", keys, event_times=[time.time()] * (size - 1) + ["soon"])
+        assert all(s.lookup("n", k) is None for k in keys)  # nothing written
+        got = s.claim_many("n", [*keys[:-1], keys[0]], [b"i"] * size, event_times=[time.time()] * size)
+        assert got.statuses == [Status.NEW] * (size - 1) + [Status.IN_PROGRESS]
+        items = [(k, tok, b"done") for k, tok in zip(keys[:-1], got.tokens, strict=False)]
+        items[0] = (keys[0], items[0][1] + 1, b"done")  # stale
+        results = s.complete_many("n", items)
+        assert isinstance(results[0], LeaseLostError) and results[1:] == [None] * (size - 2)
+        assert s.release_many("n", [(keys[0], got.tokens[0])]) == [None]
+        again = s.claim_many("n", keys, [b"i"] * size)
+        assert again.statuses == [Status.NEW] + [Status.DUPLICATE] * (size - 2) + [Status.NEW]
+    with DedupStore.open(tmp_path / "s", durability="flush") as s:
+        assert [s.lookup("n", k).state for k in keys] == (  # type: ignore[union-attr]
+            [RecordState.PENDING] + [RecordState.COMPLETED] * (size - 2) + [RecordState.PENDING]
+        )
 
 
 def test_a_batch_call_writes_every_partition_when_one_fails(tmp_path: Path) -> None:
