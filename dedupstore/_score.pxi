@@ -1,7 +1,11 @@
 cimport cython
 from cpython.object cimport Py_TYPE, PyTypeObject
 from cpython.tuple cimport PyTuple_GET_ITEM
-from cpython.type cimport PyType_GenericAlloc
+
+cdef extern from "Python.h":
+    # Cython's cpython.type declares its argument as an object, which C
+    # compilers refuse as a PyTypeObject pointer under -Werror.
+    object _type_alloc "PyType_GenericAlloc" (PyTypeObject *type, Py_ssize_t nitems)
 
 # Included at the end of _native.pyx: the per-call path of the store
 # (dedupstore/store.py's DedupStore subclasses StoreCore, its _Namespace
@@ -93,9 +97,11 @@ cdef object _make_record(object namespace, bytes key, uint32_t generation, bytes
     # made without its __init__ (whose keyword call and fifteen
     # object.__setattr__ cost ten times the decoding).
     cdef ds_record r
+    if _record_cls is None:
+        raise RuntimeError("dedupstore.verdicts has not bound its Record (bind_record)")
     _decode(raw, &r)
     cdef bint done = r.state == DS_STATE_COMPLETED
-    cdef object rec = PyType_GenericAlloc(_record_cls, 0)
+    cdef object rec = _type_alloc(<PyTypeObject *>_record_cls, 0)
     _fill(rec, 0, namespace)
     _fill(rec, 1, key)
     _fill(rec, 2, _rs_completed if done else _rs_pending if r.until > now else _rs_unknown)
@@ -116,8 +122,6 @@ cdef object _make_record(object namespace, bytes key, uint32_t generation, bytes
 
 def make_record(namespace, bytes key, uint32_t generation, bytes raw, int64_t now_us):
     """verdicts.Record.from_raw: the Record of stored record ``raw``."""
-    if _record_cls is None:
-        raise RuntimeError("dedupstore.verdicts has not bound its Record (bind_record)")
     return _make_record(namespace, key, generation, raw, now_us)
 
 
