@@ -689,15 +689,18 @@ def _drive(
     )
     stop = time.perf_counter()
     report.wall_seconds = stop - t0
-    report.cpu_seconds = time.process_time() - cpu0
+    # The parts first, the whole last: the process's CPU is read over a span
+    # that holds those of its threads' and its kernel time (each read on
+    # its own clock), so neither part can come out larger than the whole.
     threads1 = _thread_cpu()
+    use1 = None if use0 is None else resource.getrusage(resource.RUSAGE_SELF)
+    report.cpu_seconds = time.process_time() - cpu0
     # A thread started during the run counts from zero; one that ended is
     # not counted (the store's threads live as long as it does).
     report.background_cpu_seconds = sum(c - threads0.get(ident, 0.0) for ident, c in threads1.items())
     report.store_call_seconds = consumer.busy_seconds
     report.store_call_cpu_seconds = consumer.busy_cpu_seconds
-    if use0 is not None:
-        use1 = resource.getrusage(resource.RUSAGE_SELF)
+    if use0 is not None and use1 is not None:
         report.cpu_system_seconds = use1.ru_stime - use0.ru_stime
     written1 = sectors_written(device)
     if written0 is not None and written1 is not None:
