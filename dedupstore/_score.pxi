@@ -427,19 +427,29 @@ cdef class StoreCore:
         self._write_batch(C_BATCH_CLAIM, ns, groups, kbs, digests, None, now, ns.lease_us, ets, cl, results)
         return _batch_result(results, namespace, kbs, now, self._counts)
 
+    cdef object _leased_key(self, int kind, NamespaceCore ns, bytes kb, object tok, object out, int *rc,
+                            int64_t *now_out):
+        # One key's completion (``kind`` C_BATCH_COMPLETE, ``out`` its
+        # outcome) or release, its inputs checked: _one's result, its op
+        # code in ``rc`` and the time it ran at in ``now_out``.
+        cdef int64_t now = self._now()
+        cdef object res = self._one(kind, ns, self._route(ns, kb), kb, tok, out, now, 0, DS_NO_TIME, None, None)
+        rc[0] = (<tuple>res)[0] if kind == C_BATCH_COMPLETE else res
+        now_out[0] = now
+        return res
+
     cdef tuple _leased_one(self, int kind, object namespace, object key, object token, object outcome):
         # complete() (``kind`` C_BATCH_COMPLETE) or release(): (its result,
         # the key as bytes, the time it ran at); a lease error is raised.
         cdef NamespaceCore ns = self._ns_of(namespace)
         cdef bytes kb = key_bytes(key)
         cdef object tok = check_token(token)
-        cdef uint32_t p = self._route(ns, kb)
         cdef object out = None
+        cdef int rc
+        cdef int64_t now
         if kind == C_BATCH_COMPLETE:
             out = checked_outcome(outcome, ns.max_outcome, namespace)
-        cdef int64_t now = self._now()
-        cdef object res = self._one(kind, ns, p, kb, tok, out, now, 0, DS_NO_TIME, None, None)
-        cdef int rc = (<tuple>res)[0] if kind == C_BATCH_COMPLETE else res
+        cdef object res = self._leased_key(kind, ns, kb, tok, out, &rc, &now)
         if rc != DS_OP_APPLY and rc != DS_OP_NOOP:
             err = self._lease_error(namespace, kb, tok, rc)
             if err is not None:
@@ -468,31 +478,26 @@ cdef class StoreCore:
         if n > _max_batch:
             raise InvalidInputError(f"{what} takes at most {_max_batch} items per call; got {n}")
         cdef bint completes = kind == C_BATCH_COMPLETE
+        cdef Py_ssize_t max_outcome = ns.max_outcome if completes else -1
         cdef list kbs, toks
         cdef object outs
         cdef dict groups
         cdef int64_t now
-        cdef list results
         cdef bytes kb
         cdef object tok, out
         cdef int rc
         if n == 1 and self._windows is not None:
             # The consumer's common batch, of one item, in flush mode:
             # complete()'s path, without the batch's lists and groups.
-            kb, tok, out = _leased_item(items[0], 0, ns.max_outcome if completes else -1, namespace)
-            now = self._now()
-            res = self._one(kind, ns, self._route(ns, kb), kb, tok, out, now, 0, DS_NO_TIME, None, None)
-            rc = (<tuple>res)[0] if completes else res
+            kb, tok, out = _leased_item(items[0], 0, max_outcome, namespace)
+            self._leased_key(kind, ns, kb, tok, out, &rc, &now)
             if rc == DS_OP_APPLY or rc == DS_OP_NOOP:
                 return [None]
             return self._lease_errors(namespace, [kb], [tok], [rc])
-        else:
-            kbs, toks, outs, groups = self._hasher._route_leased(
-                ns.prefix, items, self._nparts, ns.max_outcome if completes else -1, namespace
-            )
-            now = self._now()
-            results = [None] * n
-            self._write_batch(kind, ns, groups, kbs, toks, outs, now, 0, None, None, results)
+        kbs, toks, outs, groups = self._hasher._route_leased(ns.prefix, items, self._nparts, max_outcome, namespace)
+        now = self._now()
+        cdef list results = [None] * n
+        self._write_batch(kind, ns, groups, kbs, toks, outs, now, 0, None, None, results)
         if _all_applied(results, completes):
             return [None] * n
         return self._lease_errors(namespace, kbs, toks, [res[0] for res in results] if completes else results)
