@@ -49,25 +49,50 @@ cdef bytes _BLOOM_TAG_DOMAIN = b"dedupstore/bloom-tag/v1"
 
 
 # The load and k that meet each rate a filter was sized for: the search costs
-# a few hundred microseconds (csrc/ds_bloom.h), and a store makes filters at
-# few rates (each namespace's prefilter rate, LIVE_FP_RATE) again and again,
-# in turn. Read and written with the GIL held; at most _SIZED_MAX rates kept.
+# a few hundred microseconds to a few milliseconds (csrc/ds_bloom.h), and a
+# store makes filters at few rates (the prefilter's, LIVE_FP_RATE) again and
+# again, in turn. Read and written with the GIL held; at most _SIZED_MAX rates
+# kept. The store's own rates are sized at import (bloom_sizing), so that no
+# claim (the first one to seed a live filter) pays for the search.
 cdef dict _sized = {}
 cdef int _SIZED_MAX = 64
 
 
-cdef int _bloom_params(uint64_t n_keys, double rate, uint64_t *nblocks, unsigned *k) except? -100:
+cdef tuple _sizing(double rate, int *rc):
+    # (keys per block, k) for ``rate``, or None with rc[0] the error.
     cdef double load
     cdef unsigned kk
-    cdef int rc
     cdef tuple known = _sized.get(rate)
+    rc[0] = DS_BLOOM_OK
     if known is None:
-        rc = ds_bloom_load(rate, &load, &kk)
-        if rc != DS_BLOOM_OK:
-            return rc
+        rc[0] = ds_bloom_load(rate, &load, &kk)
+        if rc[0] != DS_BLOOM_OK:
+            return None
         if len(_sized) >= _SIZED_MAX:
             _sized.clear()
         known = _sized[rate] = (load, kk)
+    return known
+
+
+def bloom_sizing(fp_rate: float) -> tuple:
+    """(keys per 512-bit block, probes per key) of a filter sized for
+    ``fp_rate``. The search is done once per rate and process and kept;
+    calling this ahead takes it off the first filter made at that rate."""
+    cdef double rate = fp_rate
+    cdef int rc
+    if not (0.0 < rate < 1.0):
+        raise ValueError(f"fp_rate must be in (0, 1); got {fp_rate!r}")
+    cdef tuple known = _sizing(rate, &rc)
+    if known is None:
+        raise ValueError(f"Bloom filter at fp_rate {fp_rate!r}: {_bloom_error(rc)}")
+    return known
+
+
+cdef int _bloom_params(uint64_t n_keys, double rate, uint64_t *nblocks, unsigned *k) except? -100:
+    cdef int rc
+    cdef tuple known = _sizing(rate, &rc)
+    if known is None:
+        return rc
     rc = ds_bloom_blocks(n_keys, <double>known[0], nblocks)
     if rc == DS_BLOOM_OK:
         k[0] = <unsigned>known[1]

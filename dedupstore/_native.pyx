@@ -696,6 +696,7 @@ cdef class Overlay
 #: probed as before).
 LIVE_FIRST_KEYS = 1 << 16
 LIVE_FP_RATE = 0.005
+bloom_sizing(LIVE_FP_RATE)
 LIVE_PENDING_MAX = 200_000
 #: Filters of past generations a Space keeps beside its newest (until those
 #: generations' sealed filters are built; then the oldest goes first), and how

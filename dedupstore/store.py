@@ -105,6 +105,7 @@ MIN_APPLY_INTERVAL_S = 0.0005
 MAX_APPLY_INTERVAL_S = 1.0
 #: Target false-positive rate of each generation's filter.
 BLOOM_FP_RATE = 0.01
+_native.bloom_sizing(BLOOM_FP_RATE)  # its sizing search done now, not in a refresh
 #: Filters the background thread builds per refresh (about one refresh a second).
 FILTERS_PER_REFRESH = 8
 #: How many sealed generations below the newest a refresh considers.

@@ -20,8 +20,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dedupstore._native import BloomFilter, Hasher
+from dedupstore._native import LIVE_FP_RATE, BloomFilter, Hasher, bloom_sizing
 from dedupstore.errors import StoreFormatError
+from dedupstore.store import BLOOM_FP_RATE
 
 MASK64 = (1 << 64) - 1
 HEADER = 32
@@ -151,6 +152,21 @@ def test_sizing_does_not_depend_on_the_rate_before() -> None:
     with pytest.raises(ValueError, match="fp_rate"):
         BloomFilter(10, 1e-300)  # refused: and the next filter is still sized for its own rate
     assert (BloomFilter(50_000, 0.01).k, BloomFilter(50_000, 0.01).nblocks) == first[0.01]
+
+
+def test_bloom_sizing_is_what_filters_are_sized_with() -> None:
+    # The store's rates are sized at import (no claim pays for the search):
+    # what bloom_sizing says is what a filter of that rate is built with.
+    for rate in (LIVE_FP_RATE, BLOOM_FP_RATE, 0.0123):
+        load, k = bloom_sizing(rate)
+        bf = BloomFilter(1_000_000, rate)
+        assert bf.k == k
+        assert bf.nblocks == math.ceil(1_000_000 / load)
+    for bad in (0.0, 1.0, -0.5, float("nan")):
+        with pytest.raises(ValueError, match=r"fp_rate must be in \(0, 1\)"):
+            bloom_sizing(bad)
+    with pytest.raises(ValueError, match="fp_rate 1e-300"):
+        bloom_sizing(1e-300)
 
 
 def test_empty_filter_says_absent(hasher: Hasher) -> None:
