@@ -1461,6 +1461,11 @@ cdef class Space:
             if absent and self.live_pending:
                 self.live_skips += 1
                 put = (<Overlay>txn)._put_absent(2, ukey, stored)
+            elif type(txn) is Overlay:
+                # The record the put finds, if any, is the one to decide on:
+                # handed back, not read a second time.
+                raw = (<Overlay>txn)._put_or_get(2, ukey, stored, self.pending)
+                put = raw is None
             else:
                 put = txn.put(ukey, stored, False, False, False, self.pending)
             if put:
@@ -1470,7 +1475,8 @@ cdef class Space:
                     self.live.add(h)
                 return (out.status, out.token, 0, stored, False, True, UNRESOLVED_GEN)
             # Unresolved already: decide on that record, as a probe would have.
-            raw = _get(get, ukey, self.pending)
+            if raw is None:
+                raw = _get(get, ukey, self.pending)
             found = UNRESOLVED_GEN
 
         _decode(raw, &cur)
@@ -1997,19 +2003,26 @@ cdef class Overlay:
         self._write_at(code, m, key, value, v is _ABSENT, v)
         return True
 
+    cdef object _put_or_get(self, int code, bytes key, bytes value, object db):
+        # put(overwrite=False) that says what stopped it: None when the put
+        # was made, else the value the key already has here or in the snapshot.
+        cdef dict m = self._map(code)
+        cdef object old = m.get(key, _ABSENT)
+        cdef object v
+        if old is _ABSENT:
+            v = self._base(code, key, db)
+            if v is not None:
+                return v
+        elif old is not None:
+            return old
+        self._write_at(code, m, key, value, old is _ABSENT, old)
+        return None
+
     def put(self, bytes key, bytes value, bint dupdata=False, bint overwrite=True, bint append=False, db=None):
         cdef int code = self._code(db)
-        cdef object v
-        cdef bint fresh = False
         if not overwrite:
-            v = self._map(code).get(key, _ABSENT)
-            if v is _ABSENT:
-                if self._base(code, key, db) is not None:
-                    return False
-                fresh = True
-            elif v is not None:
-                return False
-        self._write(code, key, value, fresh)
+            return self._put_or_get(code, key, value, db) is None
+        self._write(code, key, value, False)
         return True
 
     def delete(self, bytes key, bytes value=b"", db=None):

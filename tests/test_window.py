@@ -275,6 +275,35 @@ def test_claims_go_through_the_window_and_are_applied_in_few_transactions(tmp_pa
     assert verify_store(tmp_path / "s").ok
 
 
+def test_a_redelivery_of_a_claim_in_flight_is_decided_on_the_record_its_put_found(tmp_path: Path) -> None:
+    # A claim that finds its key in no generation puts a pending record with
+    # NOOVERWRITE; when one is there (in the overlay, or applied to LMDB), the
+    # verdict is decided on the record that put found: the lease still held,
+    # the intent compared, the lease taken over once it has run out.
+    now = [1_700_000_000.0]
+    with DedupStore.open(
+        tmp_path / "s", durability="flush", partitions=1, apply_interval=1, eviction_rate=0, clock=lambda: now[0]
+    ) as s:
+        s.ensure_namespace("n", lease="1m")
+        assert s.claim("n", "applied", {"amount": 1}).status is Status.NEW
+        s.stats()  # applies its pending record to LMDB ...
+        assert s.claim("n", "in-overlay", {"amount": 1}).status is Status.NEW  # ... and not this one's
+        keys = ("applied", "in-overlay")
+        for key in keys:
+            again = s.claim("n", key, {"amount": 1})
+            assert again.status is Status.IN_PROGRESS and again.token is None, key
+            assert 0 < again.retry_after <= 60, key
+            assert s.claim("n", key, {"amount": 2}).status is Status.CONFLICT, key
+        now[0] += 61
+        for key in keys:
+            taken = s.claim("n", key, {"amount": 1})
+            assert taken.status is Status.UNKNOWN and taken.token is not None, key
+            s.complete("n", key, taken.token, b"done")
+            again = s.claim("n", key, {"amount": 1})
+            assert (again.status, again.outcome) == (Status.DUPLICATE, b"done"), key
+    assert verify_store(tmp_path / "s").ok
+
+
 def test_a_record_the_overlay_holds_in_an_older_generation_is_found(tmp_path: Path) -> None:
     # Generations pass while a completed record is still unapplied: a claim
     # probes from the current generation down, and must find it in the
