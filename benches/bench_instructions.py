@@ -21,6 +21,10 @@ often per call than at full speed.
                       (injected) clock: twelve past hour-long generations
                       of the default 12 h horizon, sealed and filtered, as a
                       store that has run a while probes for every new key
+    claim, in flight  claim() of a key claimed before and not completed,
+                      its pending record applied to LMDB: a redelivery
+                      while the first delivery is still being worked on
+                      (bench_peers.py's "repeat" shape)
     claim_many(1)     claim_many() of one new key, with an event time
     claim+complete    claim() then complete() of a new key: a single-call
                       consumer's round (dedupstore bench --mode single)
@@ -49,7 +53,7 @@ from pathlib import Path
 CHILD = r"""
 import os, sys, tempfile, time
 from dedupstore import DedupStore
-what, n = sys.argv[1], int(sys.argv[2])
+what, n, most = sys.argv[1], int(sys.argv[2]), int(sys.argv[4])
 aged = what == "claim_aged"
 clock = [time.time() - 13 * 3600]
 # valgrind cannot reserve the default map (256 GiB of address space).
@@ -82,6 +86,14 @@ keys = [f"k{i}" for i in range(n)]
 if what in ("claim", "claim_aged"):
     for k in keys:
         s.claim("ns", k, intent, event_time=t)
+elif what == "claim_inflight":
+    # As many keys claimed (and applied) in every run of the scenario, so
+    # that only the second claims differ between them.
+    for i in range(most):
+        s.claim("ns", f"k{i}", intent, event_time=t)
+    s.flush()
+    for k in keys:
+        s.claim("ns", k, intent, event_time=t)
 elif what == "single":
     for k in keys:
         r = s.claim("ns", k, intent, event_time=t)
@@ -99,6 +111,7 @@ os._exit(0)  # no close: its last apply and checkpoint would count
 SCENARIOS = {
     "claim": ("claim", 1),
     "claim, aged": ("claim_aged", 1),
+    "claim, in flight": ("claim_inflight", 1),
     "claim+complete": ("single", 1),
     "claim_many(1)": ("claim_many1", 1),
     "round(1)": ("round1", 1),
@@ -106,11 +119,14 @@ SCENARIOS = {
 }
 
 
-def count(what: str, n: int, workdir: str) -> int:
+def count(what: str, n: int, workdir: str, most: int | None = None) -> int:
+    """The main thread's instructions for ``n`` iterations of ``what``;
+    ``most``: the largest ``n`` the scenario is counted at (what it sets up
+    must not depend on ``n``), ``n`` if not given."""
     out = Path(workdir) / f"cg.{what}.{n}"
     subprocess.run(
         ["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}",
-         sys.executable, "-c", CHILD, what, str(n), workdir],
+         sys.executable, "-c", CHILD, what, str(n), workdir, str(n if most is None else most)],
         check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     main = Path(f"{out}-01")
@@ -125,7 +141,7 @@ def run(calls: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR", "/tmp")) as workdir:
         for name, (what, per) in SCENARIOS.items():
             n = max(1, calls // per) if per > 1 else calls
-            base, full = count(what, 0, workdir), count(what, n, workdir)
+            base, full = count(what, 0, workdir, n), count(what, n, workdir)
             res[name] = round((full - base) / (n * per))
     return res
 
