@@ -185,6 +185,16 @@ cdef class Hasher:
         cdef uint8_t first[CANON_STACK]
         cdef ds_buf b
         cdef bytes out
+        cdef Py_ssize_t n
+        if type(intent) is bytes and PyBytes_GET_SIZE(intent) < CANON_STACK:
+            # Bytes taken as they are (_canon_into's tag 0), put beside
+            # their tag byte on the stack, without the buffer's bookkeeping.
+            n = PyBytes_GET_SIZE(intent)
+            first[0] = DS_CANON_TAG_RAW
+            memcpy(first + 1, PyBytes_AS_STRING(intent), n)
+            out = PyBytes_FromStringAndSize(NULL, 16)
+            ds_siphash128(&self.key, <const char *>first, n + 1, <uint8_t *>PyBytes_AS_STRING(out))
+            return out
         ds_buf_init_in(&b, MAX_INTENT_BYTES, first, CANON_STACK)
         try:
             if not _canon_into(&b, intent, fields):

@@ -328,12 +328,14 @@ def test_mappings_of_any_size_match_json_dumps(obj: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize(
     "intent",
-    [b"raw", "text", [1, 2], {"amount": 1234, "currency": "EUR"}, {"note": "x" * 2000}, b"y" * 3000],
-    ids=["bytes", "str", "list", "mapping", "long-mapping", "long-bytes"],
+    [b"raw", b"", b"z" * 511, b"z" * 512, "text", [1, 2], {"amount": 1234, "currency": "EUR"},
+     {"note": "x" * 2000}, b"y" * 3000],
+    ids=["bytes", "empty-bytes", "bytes-511", "bytes-512", "str", "list", "mapping", "long-mapping", "long-bytes"],
 )
 def test_the_stored_digest_is_the_digest_of_the_canonical_form(intent: object) -> None:
     # Hasher.intent_digest hashes the form where it builds it (on the stack
-    # up to 512 bytes, then on the heap), never making canonical_intent's bytes.
+    # up to 512 bytes, then on the heap; bytes under 512 beside their tag
+    # byte, without the buffer), never making canonical_intent's bytes.
     hasher = Hasher(bytes(range(16)))
     assert hasher.intent_digest(intent) == hasher.digest(canon(intent))
     assert hasher.intent_digests([intent, None]) == [hasher.digest(canon(intent)), None]
