@@ -217,6 +217,7 @@ class LogFile:
 class Overlay:
     snapshot: Any
     epoch: int
+    meta_version: int
     def __init__(self, records: Any, pending: Any, meta: Any, snapshot: Any) -> None: ...
     def get(self, key: bytes, default: Any = None, db: Any = None) -> Any: ...
     def put(

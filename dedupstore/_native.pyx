@@ -863,6 +863,11 @@ cdef class Space:
     cdef public unsigned long long live_seeds
     cdef public unsigned long long live_rolls
     cdef Py_ssize_t _live_blooms    # len(blooms) when live_older was last pruned
+    # The generation state as _read_state last read it through the overlay
+    # _gs_of, at its meta_version _gs_ver: good while that has not moved.
+    cdef object _gs_of
+    cdef uint64_t _gs_ver
+    cdef gen_state _gs
     # ``blooms`` as a list indexed by generation - _bl_base (None where a
     # generation has none), for _find: made again whenever blooms' size
     # changed. Filters are only ever added for generations that had none and
@@ -1202,19 +1207,30 @@ cdef class Space:
         return top
 
     cdef int _read_state(self, object get, gen_state *gs) except -1:
+        # Nearly every call reads it, and in a window it changes only with
+        # the overlay's meta database (Overlay.meta_version): read through
+        # the same overlay at the same version, the last answer is kept.
+        cdef bint windowed = type(get) is Overlay
+        if windowed and get is self._gs_of and (<Overlay>get).meta_version == self._gs_ver:
+            gs[0] = self._gs
+            return 0
         cdef object raw = _get(get, self.gens_key, self.meta)
         cdef const uint8_t *p
         if raw is None:
             gs.sealed1 = 0
             gs.newest = 0
             gs.flags = 0
-            return 0
-        if PyBytes_GET_SIZE(raw) != GS_BYTES:
+        elif PyBytes_GET_SIZE(raw) != GS_BYTES:
             raise StoreFormatError("a generation-state entry is corrupt")
-        p = <const uint8_t *>PyBytes_AS_STRING(raw)
-        gs.sealed1 = (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
-        gs.newest = (<uint32_t>p[4] << 24) | (<uint32_t>p[5] << 16) | (<uint32_t>p[6] << 8) | p[7]
-        gs.flags = p[8]
+        else:
+            p = <const uint8_t *>PyBytes_AS_STRING(raw)
+            gs.sealed1 = (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
+            gs.newest = (<uint32_t>p[4] << 24) | (<uint32_t>p[5] << 16) | (<uint32_t>p[6] << 8) | p[7]
+            gs.flags = p[8]
+        if windowed:
+            self._gs_of = get
+            self._gs_ver = (<Overlay>get).meta_version
+            self._gs = gs[0]
         return 0
 
     cdef int _write_state(self, object txn, const gen_state *gs) except -1:
@@ -1900,6 +1916,9 @@ cdef class Overlay:
     #: Which opening of a write-behind window this overlay serves (0: none);
     #: a Space's live filter is good for one (see Space._live_for).
     cdef public uint64_t epoch
+    #: Moves whenever what the overlay answers for the meta database may
+    #: have: a meta write, an undo, a new snapshot, writes folded in.
+    cdef public uint64_t meta_version
 
     def __init__(self, records, pending, meta, snapshot):
         self._records = records
@@ -1982,6 +2001,8 @@ cdef class Overlay:
         cdef uint8_t *head
         cdef Py_ssize_t klen = PyBytes_GET_SIZE(key)
         cdef Py_ssize_t vlen = 0 if value is None else PyBytes_GET_SIZE(value)
+        if code == 3:
+            self.meta_version += 1
         self._undo.append((m, key, old, f, was))
         if value is None and was:
             del m[key]
@@ -2116,6 +2137,7 @@ cdef class Overlay:
         """Undo every write since the last :meth:`keep` (a call that failed
         before its ops reached the log)."""
         cdef tuple u
+        self.meta_version += 1
         for u in reversed(self._undo):
             if u[2] is _ABSENT:
                 (<dict>u[0]).pop(u[1], None)
@@ -2164,6 +2186,7 @@ cdef class Overlay:
         overlay read through another one whose writes ``snapshot`` now holds."""
         self.snapshot = snapshot
         self._seen = {}
+        self.meta_version += 1
 
     def absorb(self, Overlay newer):
         """Take ``newer``'s writes over ours (an overlay that read through
@@ -2173,6 +2196,7 @@ cdef class Overlay:
         cdef set f, nf
         if newer._undo or newer._olen or self._undo or self._olen:
             raise ValueError("an overlay with a call under way cannot be folded")
+        self.meta_version += 1
         for code in range(1, 4):
             m = self._map(code)
             f = self._fresh_of(code)
@@ -2196,6 +2220,7 @@ cdef class Overlay:
         self._fpend = set()
         self._fmetas = set()
         self._seen = {}
+        self.meta_version += 1
         PyList_Clear(self._undo)  # del [:], without a slice object
         self._olen = 0
         if self._ocap > OPS_KEEP_BYTES:

@@ -230,6 +230,51 @@ def test_overlay_reads_its_own_writes_over_the_snapshot_and_logs_them_as_journal
 
 
 @pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="reads the mapping's flags from Linux's /proc")
+def test_the_generation_state_read_through_an_overlay_follows_every_change_of_its_meta(tmp_path: Path) -> None:
+    # A Space keeps the generation state it last read through an overlay
+    # while the overlay's meta_version stands: every way the overlay's meta
+    # answers can change must move it, and the state read after is the new one.
+    env = lmdb.open(str(tmp_path), max_dbs=4)
+    recs, pend, meta = (env.open_db(n) for n in (b"records", b"pending", b"meta"))
+    space = _native.Space(recs, pend, meta, b"\x00\x01", 3_600_000_000, 0, 0, _native.Hasher(bytes(16)))
+    ov = _native.Overlay(recs, pend, meta, env.begin())
+    assert space.generation_state(ov) == (0, 0)
+    v = ov.meta_version
+    assert space.seal(ov, 4) == 5  # a meta write through the overlay
+    assert ov.meta_version > v and space.generation_state(ov) == (5, 0)
+    v = ov.meta_version
+    ov.rollback()  # the write undone
+    assert ov.meta_version > v and space.generation_state(ov) == (0, 0)
+    space.seal(ov, 6)
+    ov.keep()
+    assert space.generation_state(ov) == (7, 0)
+    with env.begin(write=True) as txn:  # what an apply writes
+        for code, key, value in ov.changes():
+            assert code == 3 and value is not None
+            txn.put(key, value, db=meta)
+        space.seal(txn, 9)
+    v = ov.meta_version
+    ov.reset(env.begin())  # applied: read from the newer snapshot
+    assert ov.meta_version > v and space.generation_state(ov) == (10, 0)
+    newer = _native.Overlay(recs, pend, meta, ov)  # reads through ov, as during an apply
+    assert space.generation_state(newer) == (10, 0)
+    with env.begin(write=True) as txn:
+        space.seal(txn, 11)
+    v = newer.meta_version
+    newer.rebase(env.begin())
+    assert newer.meta_version > v and space.generation_state(newer) == (12, 0)
+    other = _native.Overlay(recs, pend, meta, env.begin())
+    space.seal(other, 20)
+    assert other.record(0, 1) is not None  # its call's ops framed, as a log write takes them
+    other.keep()
+    v = newer.meta_version
+    newer.absorb(other)  # another overlay's writes folded in
+    assert newer.meta_version > v and space.generation_state(newer) == (21, 0)
+    for o in (ov, newer, other):
+        o.snapshot.abort()
+    env.close()
+
+
 def test_a_log_segments_mapping_reads_no_pages_ahead(tmp_path: Path) -> None:
     # The first store to each fresh page faults it in; with read-ahead that
     # one fault would read the rest of the reserved chunk too, a pause of
