@@ -221,6 +221,8 @@ class LoadReport:
     #: time those calls spent applying: time the consumer was not claiming.
     applies: int = 0
     apply_seconds: float = 0.0
+    #: Of apply_seconds, the commits' (LMDB writing the dirty pages out).
+    apply_commit_seconds: float = 0.0
     call_applies: int = 0
     call_apply_seconds: float = 0.0
     #: Claim latency of each event in stream order, from its scheduled time (us);
@@ -320,6 +322,7 @@ class LoadReport:
             "applies": {
                 "count": self.applies,
                 "mean_us": round(self.apply_seconds / self.applies * 1e6, 1) if self.applies else 0.0,
+                "commit_mean_us": round(self.apply_commit_seconds / self.applies * 1e6, 1) if self.applies else 0.0,
                 "in_calls": self.call_applies,
                 "in_calls_mean_us": (
                     round(self.call_apply_seconds / self.call_applies * 1e6, 1) if self.call_applies else 0.0
@@ -460,7 +463,7 @@ def _retention(store: DedupStore, stats: dict[str, Any] | None = None) -> dict[s
 
 
 #: The write-behind figures the report sums over partitions.
-_APPLY_FIGURES = ("applies", "apply_seconds", "call_applies", "call_apply_seconds")
+_APPLY_FIGURES = ("applies", "apply_seconds", "apply_commit_seconds", "call_applies", "call_apply_seconds")
 
 
 def _applies(stats: dict[str, Any]) -> dict[str, float]:
@@ -715,6 +718,7 @@ def _drive(
     delta = {k: applies1[k] - applies0[k] for k in _APPLY_FIGURES}
     report.applies, report.call_applies = int(delta["applies"]), int(delta["call_applies"])
     report.apply_seconds, report.call_apply_seconds = delta["apply_seconds"], delta["call_apply_seconds"]
+    report.apply_commit_seconds = delta["apply_commit_seconds"]
     ret = _retention(store, stats1)
     report.evicted = ret["evicted"]
     report.eviction_lag_end = ret["eviction_lag_seconds"]

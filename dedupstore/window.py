@@ -400,6 +400,9 @@ class Window(_native.WindowCore):
         #: the flusher's next tick (:meth:`_retire`).
         self._retired: list[tuple[Path, _native.LogFile | None]] = []
         self.apply_seconds = 0.0
+        #: Of apply_seconds, the time in LMDB's commit (its page writes):
+        #: the rest is the transaction's puts and deletes.
+        self.apply_commit_seconds = 0.0
         self.call_applies = 0
         self.call_apply_seconds = 0.0
         #: Maintenance transactions run beside the window (:meth:`beside`).
@@ -413,7 +416,7 @@ class Window(_native.WindowCore):
     def stats(self) -> dict[str, Any]:
         """For ``DedupStore.stats()``: whether the window is open now, how
         often it was opened, the applies (transactions), keys they wrote and
-        wall time their transactions took, how many of them a call ran in its
+        wall time their transactions took (and of it, their commits'), how many of them a call ran in its
         own thread (:meth:`apply_if_due`) and the wall time those took whole
         (what a call waited for), the maintenance transactions run beside the
         window (:meth:`beside`), the bytes logged, and how many records went
@@ -424,6 +427,7 @@ class Window(_native.WindowCore):
         return {
             "open": self.active, "opened": self.opened, "applies": self.applies,
             "applied_keys": self.applied_keys, "apply_seconds": round(self.apply_seconds, 6),
+            "apply_commit_seconds": round(self.apply_commit_seconds, 6),
             "call_applies": self.call_applies, "call_apply_seconds": round(self.call_apply_seconds, 6),
             "beside_commits": self.beside_commits, "logged_bytes": self.logged_bytes, "mapped_records": mapped,
         }
@@ -734,7 +738,10 @@ class Window(_native.WindowCore):
                     self._write(txn, changes, owner)
                     if op is not None:
                         result = op(txn)
+                    t1 = time.perf_counter()
                     txn.commit()
+                    if changes[0]:
+                        self.apply_commit_seconds += time.perf_counter() - t1
                     break
                 except lmdb.MapFullError:
                     txn.abort()

@@ -42,6 +42,7 @@ def test_bench_json_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path, d
     # The windows were applied; only a flush-mode call applies one itself.
     ap = doc["applies"]
     assert ap["count"] > 0 and ap["mean_us"] > 0 and 0 <= ap["in_calls"] <= ap["count"]
+    assert 0 < ap["commit_mean_us"] <= ap["mean_us"]  # the commit is part of the transaction's time
     assert 0 <= ap["in_calls_share"] <= doc["store_call_share"]
     if durability == "sync":
         assert ap["in_calls"] == 0 and ap["in_calls_mean_us"] == 0

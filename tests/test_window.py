@@ -455,6 +455,8 @@ def test_a_busy_window_is_applied_by_the_call_that_finds_it_due(
         assert after["call_applies"] == before["call_applies"] + 1 == after["applies"] - before["applies"]
         assert after["call_apply_seconds"] > before["call_apply_seconds"]
         assert after["apply_seconds"] > before["apply_seconds"]
+        committing = after["apply_commit_seconds"] - before["apply_commit_seconds"]
+        assert 0 < committing <= after["apply_seconds"] - before["apply_seconds"]  # of the apply's time
         ns = s._namespace("n")
         with s._parts[0].env.begin() as txn:
             for key in (b"a", b"b", b"c"):

@@ -192,7 +192,7 @@ def _summary(config: LoadConfig, report: LoadReport, doc: dict[str, Any]) -> lis
             f"{ap['in_calls_share'] * 100:.1f}% of the time" if ap["in_calls"] else ""
         )
         rows.append(("applies", f"{format_number(ap['count'])} write-behind applies, {ap['mean_us']:,.0f} us "
-                                f"per transaction{where}"))
+                                f"per transaction ({ap['commit_mean_us']:,.0f} us of it the commit){where}"))
     ev = doc["eviction"]
     clock = (
         f"store clock x{format_number(config.time_scale)}: {format_duration(config.horizon)} horizon in "
