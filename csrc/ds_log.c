@@ -1,4 +1,5 @@
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* madvise() */
 
 #include "ds_log.h"
 
@@ -98,6 +99,38 @@ int ds_log_cut(ds_log *l, uint64_t offset)
         l->reserved = offset;
     }
     return ftruncate(l->fd, (off_t)offset) == 0 ? 0 : errno;
+}
+
+/* Linux 5.14's value, for C libraries older than the advice. */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+int ds_log_prefault(const ds_log *l, uint64_t offset, uint64_t length)
+{
+    /* Read once: the writer's calls may move them on meanwhile (only ever
+     * forward, but for a cut), and a stale value only populates less. */
+    uint64_t top = __atomic_load_n(&l->reserved, __ATOMIC_RELAXED);
+    uint64_t mapped = __atomic_load_n(&l->mapped, __ATOMIC_RELAXED);
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t end = length > UINT64_MAX - offset ? UINT64_MAX : offset + length;
+
+    if (l->base == NULL) {
+        return 0;
+    }
+    if (top > mapped) {
+        top = mapped;
+    }
+    if (end > top) {
+        end = top;
+    }
+    offset -= offset % page;
+    if (offset >= end) {
+        return 0;
+    }
+    /* Population fails with an error code, never SIGBUS, where a page is
+     * not backed (a file cut shorter meanwhile). */
+    return madvise(l->base + offset, (size_t)(end - offset), MADV_POPULATE_WRITE) == 0 ? 0 : errno;
 }
 
 void ds_log_release(ds_log *l)

@@ -61,6 +61,15 @@ int ds_log_write(ds_log *l, const void *p, size_t n, uint64_t offset);
  * an errno value. */
 int ds_log_cut(ds_log *l, uint64_t offset);
 
+/* Faults in, writable, the mapped pages of [offset, offset + length) that
+ * are reserved already (madvise MADV_POPULATE_WRITE): the page faults (and
+ * the zeroing of fresh page-cache pages) that the writer's first stores to
+ * them would take, taken in another thread ahead of the writer. The pages'
+ * contents do not change. Safe beside the writer's calls, not beside
+ * ds_log_release. Returns 0, or an errno value (EINVAL from a kernel before
+ * Linux 5.14: advice only, nothing is lost). */
+int ds_log_prefault(const ds_log *l, uint64_t offset, uint64_t length);
+
 /* Unmaps (the descriptor is the caller's to close). */
 void ds_log_release(ds_log *l);
 

@@ -121,3 +121,14 @@ cdef extern from "ds_log.h":
     int ds_log_write(ds_log *l, const void *p, size_t n, uint64_t offset)
     int ds_log_cut(ds_log *l, uint64_t offset)
     void ds_log_release(ds_log *l) nogil
+    int ds_log_prefault(const ds_log *l, uint64_t offset, uint64_t length) nogil
+
+
+# CPython's own lock: taken and released without the GIL (the window's
+# lock, a log segment's prefault against its unmapping).
+cdef extern from "pythread.h":
+    ctypedef void *PyThread_type_lock
+    PyThread_type_lock PyThread_allocate_lock()
+    void PyThread_free_lock(PyThread_type_lock lock)
+    int PyThread_acquire_lock(PyThread_type_lock lock, int waitflag) nogil
+    void PyThread_release_lock(PyThread_type_lock lock) nogil

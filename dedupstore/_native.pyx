@@ -1771,8 +1771,14 @@ cdef class LogFile:
 
     cdef ds_log _l
     cdef bint _open
+    # Held by prefault() (another thread's) and by close(): the mapping is
+    # not unmapped under a prefault.
+    cdef PyThread_type_lock _mu
 
     def __cinit__(self, int fd, uint64_t map_bytes=0, uint64_t chunk=1 << 20):
+        self._mu = PyThread_allocate_lock()
+        if self._mu == NULL:
+            raise MemoryError()
         ds_log_init(&self._l, fd, map_bytes, chunk)
         self._open = True
 
@@ -1781,6 +1787,8 @@ cdef class LogFile:
 
     def __dealloc__(self):
         ds_log_release(&self._l)
+        if self._mu != NULL:
+            PyThread_free_lock(self._mu)
 
     @property
     def fd(self) -> int:
@@ -1813,6 +1821,21 @@ cdef class LogFile:
         if rc:
             raise OSError(rc, os.strerror(rc))
 
+    def prefault(self, uint64_t offset, uint64_t length) -> int:
+        """Fault in, writable, the mapped and reserved pages of ``length``
+        bytes from ``offset`` (csrc/ds_log.h): the writes' first stores to
+        them then find them there. For a thread beside the writer's (the
+        flusher's), without the GIL. Returns 0 or an errno value (advice:
+        nothing depends on it); 0 once closed."""
+        cdef int rc = 0
+        if not self._open:
+            return 0
+        with nogil:
+            PyThread_acquire_lock(self._mu, 1)
+            rc = ds_log_prefault(&self._l, offset, length)
+            PyThread_release_lock(self._mu)
+        return rc
+
     def close(self):
         """Unmap and close the descriptor (once; later calls do nothing).
         The unmap runs without the GIL: dropping a segment's mapping of
@@ -1820,7 +1843,9 @@ cdef class LogFile:
         if self._open:
             self._open = False
             with nogil:
+                PyThread_acquire_lock(self._mu, 1)
                 ds_log_release(&self._l)
+                PyThread_release_lock(self._mu)
             os.close(self._l.fd)
 
 

@@ -31,14 +31,6 @@ def bind_window(dict module_globals) -> None:
     _CLOSED = module_globals["CLOSED"]
 
 
-cdef extern from "pythread.h":
-    ctypedef void *PyThread_type_lock
-    PyThread_type_lock PyThread_allocate_lock()
-    void PyThread_free_lock(PyThread_type_lock lock)
-    int PyThread_acquire_lock(PyThread_type_lock lock, int waitflag) nogil
-    void PyThread_release_lock(PyThread_type_lock lock) nogil
-
-
 cdef class WindowLock:
     """A window's ``lock``: a plain mutex, as threading.Lock but taken and
     released from C by the calls without a method call each (with

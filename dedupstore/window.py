@@ -113,6 +113,10 @@ MAP_BYTES = SEGMENT_BYTES + (4 << 20)
 #: File space is allocated this far ahead of the mapped records (a store to
 #: a mapped page the disk cannot hold would be a SIGBUS, not an error).
 RESERVE_BYTES = 1 << 20
+#: How far past the last record the flusher's tick faults a flush-mode
+#: segment's mapping in (LogFile.prefault), so that the calls' stores find
+#: their pages there: many ticks' worth of records at the reference rate.
+PREFAULT_BYTES = 256 << 10
 #: After an attempt to open found another writer, how long until the next.
 REOPEN_S = 0.1
 #: How long a writer waits for another process's window before giving up
@@ -478,6 +482,9 @@ class Window(_native.WindowCore):
         self.drop_retired()
         if not self.active:
             return
+        log = self._log
+        if log is not None and self._journal is None:
+            log.prefault(self._size, PREFAULT_BYTES)  # without the GIL, and not under the calls' lock
         with self.applying:
             if self._others():
                 with self.lock:

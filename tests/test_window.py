@@ -295,6 +295,33 @@ def test_a_log_segments_mapping_reads_no_pages_ahead(tmp_path: Path) -> None:
         log.close()
 
 
+def _mapped_kib(part_of_path: str) -> int:
+    # Resident KiB of this process's mappings of files whose path has ``part_of_path``.
+    total, lines = 0, Path("/proc/self/smaps").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if part_of_path in line and line.split()[-1].startswith("/"):
+            total += int(next(x for x in lines[i + 1 :] if x.startswith("Rss:")).split()[1])
+    return total
+
+
+def test_the_flusher_faults_a_segments_next_pages_in_ahead_of_the_calls(tmp_path: Path) -> None:
+    # The calls' stores into the mapping then find their pages there: the
+    # page faults (and zeroing) are the flusher's, without the GIL.
+    with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
+        s.ensure_namespace("n")
+        s.claim("n", "k")  # opens the window: one record, a page or two touched
+        deadline = time.monotonic() + 10
+        while _mapped_kib(str(tmp_path / "s" / "wlog")) < window.PREFAULT_BYTES // 1024:
+            assert time.monotonic() < deadline, _mapped_kib(str(tmp_path / "s" / "wlog"))
+            time.sleep(window.CHECK_S)
+        assert s.claim("n", "k").status is Status.IN_PROGRESS  # what was logged is intact
+    path = tmp_path / "segment"
+    log = _native.LogFile(os.open(path, os.O_RDWR | os.O_CREAT, 0o644), 1 << 20, 4096)
+    assert log.prefault(0, 1 << 20) == 0  # nothing reserved yet: nothing to fault in, no SIGBUS
+    log.close()
+    assert log.prefault(0, 1 << 20) == 0  # closed: nothing to do
+
+
 # ------------------------------------------------------------- one process
 
 
