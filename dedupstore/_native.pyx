@@ -14,9 +14,8 @@ from collections.abc import Mapping
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_Keys, PyDict_Next, PyDict_Size
-from cpython.list cimport PyList_Clear
 from cpython.long cimport PyLong_AsLongLongAndOverflow
-from cpython.ref cimport PyObject, Py_DECREF, Py_INCREF
+from cpython.ref cimport PyObject, Py_DECREF, Py_INCREF, Py_XDECREF
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, qsort, realloc
 from libc.string cimport memcmp, memcpy, memset
@@ -1906,6 +1905,13 @@ cdef Py_ssize_t _sorted_items(dict m, int code, list out, list deletes=None) exc
 cdef Py_ssize_t OPS_KEEP_BYTES = 1 << 20
 
 
+cdef struct _undo_op:
+    PyObject *key
+    PyObject *old
+    int code
+    bint was
+
+
 cdef class Overlay:
     """Flush-mode write-behind: a stand-in for one partition's write
     transaction that holds this process's writes not yet applied to LMDB.
@@ -1937,7 +1943,11 @@ cdef class Overlay:
     # reallocated as often).
     cdef char *_ob
     cdef Py_ssize_t _olen, _ocap
-    cdef list _undo
+    # What each write since the last keep() found before it, to undo it
+    # (rollback): a malloc'd array of _un ops (of _ucap), each holding a
+    # reference to its key and to the old value. No tuple per write.
+    cdef _undo_op *_ub
+    cdef Py_ssize_t _un, _ucap
     #: Which opening of a write-behind window this overlay serves (0: none);
     #: a Space's live filter is good for one (see Space._live_for).
     cdef public uint64_t epoch
@@ -1949,11 +1959,42 @@ cdef class Overlay:
         self._records = records
         self._pending = pending
         self._meta = meta
-        self._undo = []
         self.reset(snapshot)
 
     def __dealloc__(self):
+        self._drop_undo()
+        free(self._ub)
         free(self._ob)
+
+    cdef int _push_undo(self, int code, bytes key, object old, bint was) except -1:
+        # One write's undo: ``old`` is what the map held (_ABSENT: nothing),
+        # ``was`` whether the key was in the fresh set.
+        cdef _undo_op *p
+        cdef Py_ssize_t cap
+        if self._un == self._ucap:
+            cap = max(16, 2 * self._ucap)
+            p = <_undo_op *>realloc(self._ub, cap * sizeof(_undo_op))
+            if p == NULL:
+                raise MemoryError()
+            self._ub, self._ucap = p, cap
+        p = &self._ub[self._un]
+        Py_INCREF(key)
+        Py_INCREF(old)
+        p.key = <PyObject *>key
+        p.old = <PyObject *>old
+        p.code = code
+        p.was = was
+        self._un += 1
+        return 0
+
+    cdef void _drop_undo(self) noexcept:
+        # Forget the undo ops (kept, logged or undone), releasing their
+        # references; only bytes, None and _ABSENT go: no Python code runs.
+        cdef Py_ssize_t i, n = self._un
+        self._un = 0
+        for i in range(n):
+            Py_XDECREF(self._ub[i].key)
+            Py_XDECREF(self._ub[i].old)
 
     cdef char *_grow_ops(self, Py_ssize_t n) except NULL:
         # Room for n more bytes of ops; returns where they go (the length
@@ -2028,7 +2069,7 @@ cdef class Overlay:
         cdef Py_ssize_t vlen = 0 if value is None else PyBytes_GET_SIZE(value)
         if code == 3:
             self.meta_version += 1
-        self._undo.append((m, key, old, f, was))
+        self._push_undo(code, key, old, was)
         if value is None and was:
             del m[key]
             f.discard(key)
@@ -2118,7 +2159,7 @@ cdef class Overlay:
         else:
             rec = self._frame(part, seq)
             f.write(PyBytes_AS_STRING(rec), PyBytes_GET_SIZE(rec), offset)
-        PyList_Clear(self._undo)  # del [:], without a slice object
+        self._drop_undo()
         return 18 + n + 4
 
     cdef int _check_size(self, Py_ssize_t n) except -1:
@@ -2156,23 +2197,27 @@ cdef class Overlay:
 
     def keep(self):
         """The ops taken are in the log: they can no longer be undone."""
-        PyList_Clear(self._undo)  # del [:], without a slice object
+        self._drop_undo()
 
     def rollback(self):
         """Undo every write since the last :meth:`keep` (a call that failed
         before its ops reached the log)."""
-        cdef tuple u
+        cdef _undo_op *u
+        cdef Py_ssize_t i
+        cdef object key, old
         self.meta_version += 1
-        for u in reversed(self._undo):
-            if u[2] is _ABSENT:
-                (<dict>u[0]).pop(u[1], None)
+        for i in range(self._un - 1, -1, -1):
+            u = &self._ub[i]
+            key, old = <object>u.key, <object>u.old
+            if old is _ABSENT:
+                self._map(u.code).pop(key, None)
             else:
-                (<dict>u[0])[u[1]] = u[2]
-            if u[4]:
-                (<set>u[3]).add(u[1])
+                self._map(u.code)[key] = old
+            if u.was:
+                self._fresh_of(u.code).add(key)
             else:
-                (<set>u[3]).discard(u[1])
-        PyList_Clear(self._undo)  # del [:], without a slice object
+                self._fresh_of(u.code).discard(key)
+        self._drop_undo()
         self._olen = 0
 
     def changes(self):
@@ -2219,7 +2264,7 @@ cdef class Overlay:
         cdef int code
         cdef dict m
         cdef set f, nf
-        if newer._undo or newer._olen or self._undo or self._olen:
+        if newer._un or newer._olen or self._un or self._olen:
             raise ValueError("an overlay with a call under way cannot be folded")
         self.meta_version += 1
         for code in range(1, 4):
@@ -2246,7 +2291,7 @@ cdef class Overlay:
         self._fmetas = set()
         self._seen = {}
         self.meta_version += 1
-        PyList_Clear(self._undo)  # del [:], without a slice object
+        self._drop_undo()
         self._olen = 0
         if self._ocap > OPS_KEEP_BYTES:
             # One huge call (a claim_many of 100,000 keys) does not keep its

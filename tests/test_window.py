@@ -143,6 +143,43 @@ def test_overlay_changes_come_in_bytes_order_per_database_and_group_as_applied(
     env.close()
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["put", "put-new", "delete", "keep", "rollback"]),
+                          st.sampled_from([1, 2, 3]), st.sampled_from([b"a", b"b", b"c", b"old"]))))
+def test_a_rollback_undoes_every_write_since_the_last_keep(
+    tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[str, int, bytes]]
+) -> None:
+    # What an overlay answers and would apply after a rollback is what it
+    # answered and would have applied at the last keep().
+    env = lmdb.open(str(tmp_path_factory.mktemp("ov")), max_dbs=4)
+    dbs = {1: env.open_db(b"records"), 2: env.open_db(b"pending"), 3: env.open_db(b"meta")}
+    with env.begin(write=True) as txn:
+        for db in dbs.values():
+            txn.put(b"old", b"snapshot's", db=db)
+    ov = _native.Overlay(dbs[1], dbs[2], dbs[3], env.begin())
+
+    def seen() -> tuple[list[tuple[int, bytes, bytes | None]], list[bytes | None]]:
+        return ov.changes(), [ov.get(k, None, dbs[c]) for c in dbs for k in (b"a", b"b", b"c", b"old")]
+
+    kept = seen()
+    for n, (what, code, key) in enumerate(steps):
+        if what == "put":
+            ov.put(key, b"%d" % n, db=dbs[code])
+        elif what == "put-new":
+            ov.put(key, b"%d" % n, False, False, False, dbs[code])
+        elif what == "delete":
+            ov.delete(key, b"", dbs[code])
+        elif what == "keep":
+            ov.record(0, n)  # the ops framed, as a log write takes them
+            ov.keep()
+            kept = seen()
+        else:
+            ov.rollback()
+            assert seen() == kept
+    ov.snapshot.abort()
+    env.close()
+
+
 def test_overlay_reads_its_own_writes_over_the_snapshot_and_logs_them_as_journal_ops(tmp_path: Path) -> None:
     env = lmdb.open(str(tmp_path), max_dbs=4)
     recs, pend, meta = (env.open_db(n) for n in (b"records", b"pending", b"meta"))
