@@ -1456,7 +1456,7 @@ cdef class Space:
         # record is it read and decided upon. One LMDB call instead of two.
         cdef object raw = self._find(get, kb, ukey, top, &found, not write, absent, h, True)
         cdef bytes stored
-        cdef bint put
+        cdef bint put, unread
 
         memset(&req, 0, sizeof(req))
         req.now = now
@@ -1483,13 +1483,14 @@ cdef class Space:
             req.fresh_token = ds_next_token(&_token_state)
             ds_claim_decide(NULL, &req, &nxt, &out)
             stored = _encode(&nxt)
-            if absent and self.live_pending:
-                self.live_skips += 1
-                put = (<Overlay>txn)._put_absent(2, ukey, stored)
-            elif type(txn) is Overlay:
+            if type(txn) is Overlay:
                 # The record the put finds, if any, is the one to decide on:
-                # handed back, not read a second time.
-                raw = (<Overlay>txn)._put_or_get(2, ukey, stored, self.pending)
+                # handed back, not read a second time. A key the live filter
+                # rules out, holding every unresolved key, is not asked of
+                # the snapshot at all.
+                unread = absent and self.live_pending
+                self.live_skips += unread
+                raw = (<Overlay>txn)._put_or_get(2, ukey, stored, self.pending, unread)
                 put = raw is None
             else:
                 put = txn.put(ukey, stored, False, False, False, self.pending)
@@ -1500,7 +1501,7 @@ cdef class Space:
                     self.live.add(h)
                 return (out.status, out.token, 0, stored, False, True, UNRESOLVED_GEN)
             # Unresolved already: decide on that record, as a probe would have.
-            if raw is None:
+            if raw is None:  # not handed back by an overlay's put
                 raw = _get(get, ukey, self.pending)
             found = UNRESOLVED_GEN
 
@@ -2090,26 +2091,19 @@ cdef class Overlay:
         if vlen:
             memcpy(head + 8 + klen, PyBytes_AS_STRING(value), vlen)
 
-    cdef bint _put_absent(self, int code, bytes key, bytes value):
-        # put(overwrite=False) of a key the caller knows the snapshot lacks
-        # (the live filter): only this overlay is asked.
-        cdef dict m = self._map(code)
-        cdef object v = m.get(key, _ABSENT)
-        if v is not _ABSENT and v is not None:
-            return False
-        self._write_at(code, m, key, value, v is _ABSENT, v)
-        return True
-
-    cdef object _put_or_get(self, int code, bytes key, bytes value, object db):
+    cdef object _put_or_get(self, int code, bytes key, bytes value, object db, bint unread=False):
         # put(overwrite=False) that says what stopped it: None when the put
-        # was made, else the value the key already has here or in the snapshot.
+        # was made, else the value the key already has here or in the
+        # snapshot. ``unread``: the caller knows the snapshot lacks the key
+        # (the live filter), so only this overlay is asked.
         cdef dict m = self._map(code)
         cdef object old = m.get(key, _ABSENT)
         cdef object v
         if old is _ABSENT:
-            v = self._base(code, key, db)
-            if v is not None:
-                return v
+            if not unread:
+                v = self._base(code, key, db)
+                if v is not None:
+                    return v
         elif old is not None:
             return old
         self._write_at(code, m, key, value, old is _ABSENT, old)
