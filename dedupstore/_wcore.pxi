@@ -104,6 +104,7 @@ cdef class WindowCore:
     cdef public uint16_t _index
     cdef public uint64_t _records, _size, logged_bytes
     cdef public double _apply_s, _apply_at, _last_call
+    cdef public object _job
 
     def run(self, op, bint sync=True):
         """``op(overlay)`` under the window, its writes logged before it
@@ -151,8 +152,9 @@ cdef class WindowCore:
 
     cdef bint _leave(self, Overlay ov, bint sync, bint claim=False) except -1:
         # After the op that _enter let run: log its writes and release the
-        # lock, then sync (sync mode) or apply if due (flush mode; a claim
-        # only once overdue, see _apply_if_due). False: the log write
+        # lock, then sync (sync mode) or make a slice of the apply under
+        # way (flush mode; a claim only if none was made lately, see
+        # _apply_if_due). False: the log write
         # failed, the op was undone and the window is being given up; the
         # caller takes the ordinary path.
         cdef Py_ssize_t n
@@ -187,33 +189,29 @@ cdef class WindowCore:
         return True
 
     def apply_if_due(self):
-        """After a flush-mode call: apply the overlay if it is due and the
-        window busy, in the caller's thread.
+        """After a flush-mode call: make a slice of the writes of the apply
+        the flusher has under way (Window._help), if it has one.
 
-        The flusher's tick applies an idle window's (no call for BUSY_S):
-        there it costs no call anything. A background apply of a busy window
-        needs the GIL back after each of its LMDB calls, and every GIL
-        release of the caller then woke the waiting flusher in vain (a futex
-        wake each) until the interpreter's switch interval forced a
-        hand-over (docs/benchmarks.md)."""
+        The flusher's tick applies a window that is due. An idle window's
+        (no call for BUSY_S) it writes itself: there it costs no call
+        anything. A busy window's it writes in a transaction of its own, but
+        the calls make its puts, a slice each (:data:`window.SLICE_KEYS`),
+        while it waits without the GIL: a background thread that writes
+        through py-lmdb needs the GIL back after each of its LMDB calls, and
+        retaking it at once after each release kept a waiting call from it
+        until the interpreter's switch interval forced a hand-over
+        (docs/benchmarks.md). The commit, one LMDB call, is the flusher's."""
         self._apply_if_due()
 
     cdef int _apply_if_due(self, bint claim=False) except -1:
         # A claim's caller waits for its verdict before it performs the
-        # effect: a claim leaves a due apply to the next completion or
-        # release (whose effect is done), unless it is overdue by an interval,
-        # when the flusher's tick would take it anyway (Window.tick).
-        cdef double now
-        cdef bint busy
+        # effect: it leaves the slices to the next completion or release
+        # (whose effect is done), unless none was taken lately (Window._help).
         if not self._calls_apply:
             return 0
-        now = _monotonic()
-        busy = now - self._last_call < <double>_wglobals["BUSY_S"]
-        self._last_call = now
-        if not busy or now < self._apply_at + (self._apply_s if claim else 0.0):
-            return 0
-        self._apply_at = now + self._apply_s
-        self._apply_due()
+        self._last_call = _monotonic()
+        if self._job is not None:
+            self._help(claim)
         return 0
 
 

@@ -216,15 +216,16 @@ class LoadReport:
     #: cpu_seconds is the load generator's (its schedule, its bookkeeping).
     background_cpu_seconds: float = 0.0
     #: Write-behind applies (LMDB transactions of the windows, flush or
-    #: sync mode) and the wall time they took; of them, those a store call
-    #: ran in the consumer's thread (flush mode, a busy window), and the wall
-    #: time those calls spent applying: time the consumer was not claiming.
+    #: sync mode) and the wall time they took; of them, those whose puts the
+    #: store's calls made (flush mode, a busy window), the slices of puts the
+    #: calls made and the wall time that took: time the consumer was not claiming.
     applies: int = 0
     apply_seconds: float = 0.0
     #: Of apply_seconds, the commits' (LMDB writing the dirty pages out).
     apply_commit_seconds: float = 0.0
-    call_applies: int = 0
-    call_apply_seconds: float = 0.0
+    helped_applies: int = 0
+    call_slices: int = 0
+    call_slice_seconds: float = 0.0
     #: Claim latency of each event in stream order, from its scheduled time (us);
     #: for an unclaimed event, the time it had waited when the run stopped (a
     #: lower bound, so a run cut short never looks faster than it was).
@@ -323,11 +324,12 @@ class LoadReport:
                 "count": self.applies,
                 "mean_us": round(self.apply_seconds / self.applies * 1e6, 1) if self.applies else 0.0,
                 "commit_mean_us": round(self.apply_commit_seconds / self.applies * 1e6, 1) if self.applies else 0.0,
-                "in_calls": self.call_applies,
-                "in_calls_mean_us": (
-                    round(self.call_apply_seconds / self.call_applies * 1e6, 1) if self.call_applies else 0.0
+                "helped": self.helped_applies,
+                "slices_in_calls": self.call_slices,
+                "slice_mean_us": (
+                    round(self.call_slice_seconds / self.call_slices * 1e6, 1) if self.call_slices else 0.0
                 ),
-                "in_calls_share": round(self.call_apply_seconds / self.wall_seconds, 4) if self.wall_seconds else 0.0,
+                "in_calls_share": round(self.call_slice_seconds / self.wall_seconds, 4) if self.wall_seconds else 0.0,
             },
         }
 
@@ -463,7 +465,9 @@ def _retention(store: DedupStore, stats: dict[str, Any] | None = None) -> dict[s
 
 
 #: The write-behind figures the report sums over partitions.
-_APPLY_FIGURES = ("applies", "apply_seconds", "apply_commit_seconds", "call_applies", "call_apply_seconds")
+_APPLY_FIGURES = (
+    "applies", "apply_seconds", "apply_commit_seconds", "helped_applies", "call_slices", "call_slice_seconds",
+)
 
 
 def _applies(stats: dict[str, Any]) -> dict[str, float]:
@@ -716,8 +720,9 @@ def _drive(
     stats1 = store.stats()
     applies1 = _applies(stats1)
     delta = {k: applies1[k] - applies0[k] for k in _APPLY_FIGURES}
-    report.applies, report.call_applies = int(delta["applies"]), int(delta["call_applies"])
-    report.apply_seconds, report.call_apply_seconds = delta["apply_seconds"], delta["call_apply_seconds"]
+    report.applies, report.helped_applies = int(delta["applies"]), int(delta["helped_applies"])
+    report.call_slices, report.call_slice_seconds = int(delta["call_slices"]), delta["call_slice_seconds"]
+    report.apply_seconds = delta["apply_seconds"]
     report.apply_commit_seconds = delta["apply_commit_seconds"]
     ret = _retention(store, stats1)
     report.evicted = ret["evicted"]

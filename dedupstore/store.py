@@ -317,12 +317,13 @@ class _Partition:
     def _settle(self, txn: Any, mine: str | None) -> Callable[[], None] | None:
         return settle(txn, self.dbs, self._wdir, mine)
 
-    def checkpoint(self, if_changed: bool = False) -> None:
+    def checkpoint(self, if_changed: bool = False, flusher: bool = False) -> None:
         """Apply the write-behind window, then checkpoint: everything
         returned so far survives an OS crash. ``if_changed``: skip the
-        checkpoint when nothing was committed since the last one."""
+        checkpoint when nothing was committed since the last one.
+        ``flusher``: the flusher's call (Window.apply)."""
         if self.window is not None:
-            self.window.apply()
+            self.window.apply(flusher=flusher)
         if not if_changed or self.env.info()["last_txnid"] != self.checkpointer.durable_txnid:
             self.checkpointer.checkpoint()
 
@@ -708,7 +709,7 @@ class DedupStore(_native.StoreCore):
                     continue
                 next_checkpoint = now + interval
                 for p in self._parts:
-                    p.checkpoint(if_changed=True)
+                    p.checkpoint(if_changed=True, flusher=True)
             except Exception:
                 if self._dead is not None:
                     return

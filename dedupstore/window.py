@@ -20,10 +20,11 @@ only writer therefore opens a *window* on it:
   returns, so a killed process loses nothing), and returns. No system call,
   no LMDB transaction, no lock another process waits on.
 - Every ``apply_interval`` (the store's flusher thread; in flush mode, while
-  calls keep coming, by the first call that returns after it is due, in
-  that call's thread: :meth:`Window.apply_if_due`; a claim, whose caller
-  waits for its verdict, leaves it to the next completion or release unless
-  it is overdue by an interval),
+  calls keep coming, the flusher's transaction has its puts made by the
+  calls, a slice of :data:`SLICE_KEYS` keys each after its own log write,
+  while the flusher waits without the GIL: :meth:`Window.apply_if_due`; a
+  claim, whose caller waits for its verdict, leaves them to the next
+  completion or release unless none was taken lately),
   before any other write transaction of this process, before a checkpoint,
   and when the overlay holds :data:`MAX_PENDING` keys, the overlay is written
   in one transaction that also moves ``W``'s offset past the records it
@@ -130,11 +131,17 @@ WAIT_LIMIT_S = 30.0
 CHECK_S = 0.005
 #: How often a waiting writer looks again.
 WAIT_POLL_S = 0.0005
-#: flush mode: a window that took a call this recently is busy, and the
-#: call that finds its overlay due applies it (:meth:`Window.apply_if_due`;
-#: a claim only once it is overdue by an interval); the flusher applies an
-#: idle one's.
+#: flush mode: a window that took a call this recently is busy: the
+#: flusher applies its overlay in a transaction whose puts the calls make
+#: (:meth:`Window.apply_if_due`); an idle one's it writes itself.
 BUSY_S = 0.001
+#: How many keys' writes a call makes of a busy window's apply: about 50 us
+#: of puts (py-lmdb's putmulti into a partition of 200,000 keys, 1.6 us a key).
+SLICE_KEYS = 32
+#: How long the flusher waits for the calls to take the next slice before it
+#: makes the rest itself (the calls stopped); a claim takes one only when no
+#: call did for half of it.
+HELP_WAIT_S = 0.002
 
 #: Returned by :meth:`Window.run` and :meth:`Window.read` when no window is
 #: open: the caller takes the ordinary path (a write transaction).
@@ -376,6 +383,9 @@ class Window(_native.WindowCore):
         self._calls_apply = journal is None and apply_s > 0
         self._apply_at = 0.0
         self._last_call = 0.0
+        #: The busy window's apply under way whose slices the calls make
+        #: (:class:`_Job`), or None.
+        self._job = None
         self._stem = (
             f"p{index:03d}.{self._boot.hex()}.{os.getpid()}.{uuid.uuid4().hex[:8]}" if journal is None
             else f"p{index:03d}.{journal.owner}"
@@ -407,8 +417,11 @@ class Window(_native.WindowCore):
         #: Of apply_seconds, the time in LMDB's commit (its page writes):
         #: the rest is the transaction's puts and deletes.
         self.apply_commit_seconds = 0.0
-        self.call_applies = 0
-        self.call_apply_seconds = 0.0
+        #: Applies whose writes the calls made (some or all), the slices
+        #: they made and the wall time those took (what a call waited for).
+        self.helped_applies = 0
+        self.call_slices = 0
+        self.call_slice_seconds = 0.0
         #: Maintenance transactions run beside the window (:meth:`beside`).
         self.beside_commits = 0
 
@@ -420,9 +433,10 @@ class Window(_native.WindowCore):
     def stats(self) -> dict[str, Any]:
         """For ``DedupStore.stats()``: whether the window is open now, how
         often it was opened, the applies (transactions), keys they wrote and
-        wall time their transactions took (and of it, their commits'), how many of them a call ran in its
-        own thread (:meth:`apply_if_due`) and the wall time those took whole
-        (what a call waited for), the maintenance transactions run beside the
+        wall time their transactions took (and of it, their commits'), how
+        many of them had their writes made by the calls, the slices of those
+        writes the calls made (:meth:`apply_if_due`) and the wall time the
+        slices took (what a call waited for), the maintenance transactions run beside the
         window (:meth:`beside`), the bytes logged, and how many records went
         into a segment's mapping (the others were pwritten: sync mode's
         journal records, and records past the mapping or the disk space it
@@ -432,32 +446,23 @@ class Window(_native.WindowCore):
             "open": self.active, "opened": self.opened, "applies": self.applies,
             "applied_keys": self.applied_keys, "apply_seconds": round(self.apply_seconds, 6),
             "apply_commit_seconds": round(self.apply_commit_seconds, 6),
-            "call_applies": self.call_applies, "call_apply_seconds": round(self.call_apply_seconds, 6),
+            "helped_applies": self.helped_applies, "call_slices": self.call_slices,
+            "call_slice_seconds": round(self.call_slice_seconds, 6),
             "beside_commits": self.beside_commits, "logged_bytes": self.logged_bytes, "mapped_records": mapped,
         }
 
     # run() and apply_if_due(), every call's path, are WindowCore's
-    # (dedupstore/_wcore.pxi); apply_if_due hands the apply itself here.
+    # (dedupstore/_wcore.pxi); apply_if_due hands a slice of an apply here.
 
-    def _apply_due(self) -> None:
-        """apply_if_due's apply: the overlay is due and the window busy."""
-        if not self.applying.acquire(blocking=False):
-            return  # being applied already
-        try:
-            if not self._others():
-                t0, before = time.perf_counter(), self.applies
-                try:
-                    self._apply_behind()
-                finally:
-                    if self.applies > before:  # not an empty overlay's no-op
-                        self.call_applies += 1
-                        self.call_apply_seconds += time.perf_counter() - t0
-        except Exception:
-            # This call is acknowledged: an apply that failed is the
-            # flusher's to retry and report, at its next tick.
-            pass
-        finally:
-            self.applying.release()
+    def _help(self, claim: bool) -> None:
+        """apply_if_due's slice of the flusher's apply under way."""
+        job = self._job
+        if job is None:
+            return
+        t0 = time.perf_counter()
+        if job.help(claim):
+            self.call_slices += 1
+            self.call_slice_seconds += time.perf_counter() - t0
 
     def read(self, op: Callable[[Any], Any]) -> Any:
         """``op(overlay)`` for a read that must see this process's unapplied
@@ -467,17 +472,23 @@ class Window(_native.WindowCore):
                 return CLOSED
             return op(self.overlay)
 
-    def apply(self) -> None:
+    def apply(self, flusher: bool = False) -> None:
         """Write the overlay to LMDB now (before a checkpoint or a scan):
-        when this returns, LMDB holds every write this window took before."""
+        when this returns, LMDB holds every write this window took before.
+        ``flusher``: called from the flusher's thread (or another of the
+        store's own), where a busy window's calls make the puts (:meth:`_commit_helped`)."""
         if self.active:
             with self.applying:
-                self._apply_behind()
+                self._behind(None, helped=flusher and self._busy())
+
+    def _busy(self) -> bool:
+        # A flush-mode window whose calls would make an apply's puts.
+        return self._calls_apply and time.monotonic() - self._last_call < BUSY_S
 
     def tick(self) -> None:
         """The flusher's call every :data:`CHECK_S` (or ``apply_interval``,
         if shorter): close the window if another process wants to write;
-        else apply if due (unless the window is busy: then its calls do,
+        else apply if due (a busy window's with its calls making the puts,
         :meth:`apply_if_due`)."""
         self.drop_retired()
         if not self.active:
@@ -494,10 +505,8 @@ class Window(_native.WindowCore):
             now = time.monotonic()
             if now < self._apply_at:
                 return
-            # Idle, or (a safety net) no busy call took it within an interval.
-            if not self._calls_apply or now - self._last_call >= BUSY_S or now >= self._apply_at + self._apply_s:
-                self._apply_at = now + self._apply_s
-                self._apply_behind()
+            self._apply_at = now + self._apply_s
+            self._behind(None, helped=self._busy())
 
     def close(self) -> None:
         """Apply and give the window up (the store is closing)."""
@@ -516,6 +525,7 @@ class Window(_native.WindowCore):
         if self._log is not None:
             self._log.close()
             self._log = None
+        self._job = None
         self.active = False
 
     # The group committer's side: a write transaction of this process
@@ -674,24 +684,26 @@ class Window(_native.WindowCore):
         transactions are journaled): then the caller takes the group commit,
         which holds calls up. ``op`` must write nothing a call may write
         meanwhile: the calls' overlay is rebased onto its commit, and where
-        both wrote, the call's write would win."""
+        both wrote, the call's write would win. A busy window's calls make
+        the overlay's puts (:meth:`_commit_helped`); ``op`` runs in this thread."""
         if self._journal is not None:
             return CLOSED
         with self.applying:
-            result = self._behind(op)
+            result = self._behind(op, helped=self._busy())
             if result is not CLOSED:
                 self.beside_commits += 1
             return result
 
-    def _behind(self, op: Callable[[Any], Any] | None) -> Any:
+    def _behind(self, op: Callable[[Any], Any] | None, helped: bool = False) -> Any:
         """Under the lock the overlay is frozen and a fresh one, reading
         through it, takes the calls that come meanwhile; the frozen one's
         writes (then ``op``'s, if given) are committed with the lock released
         (py-lmdb releases the GIL around each put and the commit, so calls go
         on between them); under the lock again the fresh overlay is rebased onto a
         snapshot that holds them. A failed commit folds the fresh overlay
-        back into the frozen one. Returns ``op``'s result (CLOSED: ``op`` did
-        not run)."""
+        back into the frozen one. ``helped``: the calls make the overlay's
+        puts (:meth:`_commit_helped`). Returns ``op``'s result (CLOSED: ``op``
+        did not run)."""
         with self.lock:
             if not self.active:
                 return CLOSED
@@ -712,7 +724,7 @@ class Window(_native.WindowCore):
         # (sorted, which takes a while) without holding calls up.
         changes = frozen.write_set()
         try:
-            result = self._commit(changes, owner, op)
+            result = (self._commit_helped if helped else self._commit)(changes, owner, op)
         except BaseException:
             with self.lock:
                 assert self.overlay is not None
@@ -774,6 +786,43 @@ class Window(_native.WindowCore):
             self.applied_keys += changes[0]
         return result
 
+    def _commit_helped(self, changes: WriteSet, owner: Owner, op: Callable[[Any], Any] | None = None) -> Any:
+        """:meth:`_commit` of a busy window's changes (the store's thread
+        that applies, ``applying`` held), whose puts and deletes the calls
+        make, a slice each, while this thread waits for them without the GIL
+        (:class:`_Job`); this thread begins the transaction, runs ``op`` in
+        it once the slices are made, and commits (LMDB's writer lock belongs
+        to the thread that took it). Should anything fail, the transaction
+        is dropped and :meth:`_commit` does it all over (it retries a full
+        map, and reports)."""
+        t0 = time.perf_counter()
+        txn = self._env.begin(write=True)
+        job = _Job(txn, self._dbs, changes)
+        try:
+            self._job = job
+            try:
+                job.finish()
+            finally:
+                self._job = None
+            self._put_owner(txn, owner)
+            result = None if op is None else op(txn)
+            t1 = time.perf_counter()
+            txn.commit()
+        except Exception:
+            txn.abort()
+            return self._commit(changes, owner, op)
+        except BaseException:
+            txn.abort()
+            raise
+        now = time.perf_counter()
+        if changes[0]:
+            self.apply_commit_seconds += now - t1
+            self.apply_seconds += now - t0
+            self.applies += 1
+            self.applied_keys += changes[0]
+            self.helped_applies += job.helped > 0
+        return result
+
     def _write(self, txn: Any, changes: WriteSet, owner: Owner | None) -> None:
         # Each database's puts in one putmulti (grouped and sorted in C by
         # Overlay.write_set); a database's keys are distinct, so its deletes
@@ -790,10 +839,13 @@ class Window(_native.WindowCore):
             txn.delete(key, db=dbs[code])
         for code, items in puts:
             txn.cursor(db=dbs[code]).putmulti(items)
+        self._put_owner(txn, owner)
+
+    def _put_owner(self, txn: Any, owner: Owner | None) -> None:
         if owner is None:
-            txn.delete(W_KEY, db=dbs[3])
+            txn.delete(W_KEY, db=self._dbs[3])
         else:
-            txn.put(W_KEY, owner.pack(), db=dbs[3])
+            txn.put(W_KEY, owner.pack(), db=self._dbs[3])
 
     def _renew(self) -> None:
         ov = self.overlay
@@ -848,6 +900,91 @@ def _discard(path: Path, seg: _native.LogFile | None) -> None:
     _unlink(path)
     if seg is not None:
         seg.close()
+
+
+class _Job:
+    """A busy window's apply under way (:meth:`Window._commit_helped`): the
+    flusher's write transaction and its writes, in slices of at most
+    :data:`SLICE_KEYS` keys (the deletes first, as :meth:`Window._write`
+    makes them), that the window's calls make one at a time
+    (:meth:`help`)."""
+
+    __slots__ = ("txn", "dbs", "slices", "next", "lock", "done", "error", "last", "helped")
+
+    def __init__(self, txn: Any, dbs: dict[int, Any], changes: WriteSet) -> None:
+        _, puts, deletes = changes
+        self.txn, self.dbs = txn, dbs
+        self.slices: list[tuple[int, list[Any]]] = [
+            (0, deletes[i:i + SLICE_KEYS]) for i in range(0, len(deletes), SLICE_KEYS)
+        ]
+        for code, items in puts:
+            self.slices += [(code, items[i:i + SLICE_KEYS]) for i in range(0, len(items), SLICE_KEYS)]
+        self.next = 0
+        self.lock = threading.Lock()  # held while a slice is made
+        self.done = threading.Event()  # every slice is made, or one failed
+        self.error: BaseException | None = None
+        self.last = time.monotonic()  # when the last slice was made
+        self.helped = 0  # slices the calls made
+        if not self.slices:
+            self.done.set()
+
+    def help(self, claim: bool) -> bool:
+        """A call's: make the next slice, unless another thread is making
+        one (or, for a claim, a call made one in the last half of
+        :data:`HELP_WAIT_S`). True: it made one."""
+        if self.done.is_set() or (claim and time.monotonic() - self.last < HELP_WAIT_S / 2):
+            return False
+        if not self.lock.acquire(blocking=False):
+            return False
+        try:
+            if self.done.is_set():
+                return False
+            self._step()
+            self.helped += 1
+            return True
+        finally:
+            self.lock.release()
+
+    def finish(self) -> None:
+        """The flusher's: wait until the calls have made every slice,
+        making the rest itself once none was made for :data:`HELP_WAIT_S`
+        (the calls stopped). Raises :class:`_SliceFailed` if a slice failed."""
+        while not self.done.wait(HELP_WAIT_S):
+            if time.monotonic() - self.last >= HELP_WAIT_S and self.lock.acquire(blocking=False):
+                try:
+                    while not self.done.is_set():
+                        self._step()
+                finally:
+                    self.lock.release()
+        with self.lock:  # no slice is being made any more
+            if self.error is not None:
+                raise _SliceFailed() from self.error
+
+    def _step(self) -> None:
+        # With self.lock held: the next slice. An error ends the job, for
+        # finish() to report: the call that made the slice is acknowledged
+        # already (an interrupt is raised in that call's thread too).
+        code, part = self.slices[self.next]
+        self.next += 1
+        try:
+            if code:
+                self.txn.cursor(db=self.dbs[code]).putmulti(part)
+            else:
+                for dcode, key in part:
+                    self.txn.delete(key, db=self.dbs[dcode])
+        except BaseException as exc:
+            self.error = exc
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self.last = time.monotonic()
+            if self.error is not None or self.next >= len(self.slices):
+                self.done.set()
+
+
+class _SliceFailed(Exception):
+    """A slice of a :class:`_Job` failed: its transaction is dropped and
+    the apply made again the flusher's own way."""
 
 
 class _NotNow(Exception):

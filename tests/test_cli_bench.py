@@ -39,13 +39,14 @@ def test_bench_json_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path, d
     calls_share = doc["store_call_cpu_us"] * doc["batches"] / 1e6 / (doc["events"] / doc["achieved_rate"])
     assert 0 < doc["store_background_cpu_share"] < doc["store_cpu_share"] <= doc["cpu_share"] + 0.02
     assert doc["store_cpu_share"] - doc["store_background_cpu_share"] == pytest.approx(calls_share, abs=0.01)
-    # The windows were applied; only a flush-mode call applies one itself.
+    # The windows were applied; only flush-mode calls make slices of an apply's puts.
     ap = doc["applies"]
-    assert ap["count"] > 0 and ap["mean_us"] > 0 and 0 <= ap["in_calls"] <= ap["count"]
+    assert ap["count"] > 0 and ap["mean_us"] > 0 and 0 <= ap["helped"] <= ap["count"]
+    assert ap["slices_in_calls"] >= ap["helped"]  # a helped apply had at least one slice made by a call
     assert 0 < ap["commit_mean_us"] <= ap["mean_us"]  # the commit is part of the transaction's time
     assert 0 <= ap["in_calls_share"] <= doc["store_call_share"]
     if durability == "sync":
-        assert ap["in_calls"] == 0 and ap["in_calls_mean_us"] == 0
+        assert ap["helped"] == ap["slices_in_calls"] == 0 and ap["slice_mean_us"] == 0
     # Where the latency comes from: each round's length, and how late it began.
     for spread in (doc["rounds"], doc["late_starts"]):
         assert set(spread) == {"p50_us", "p99_us", "p999_us", "max_us"}

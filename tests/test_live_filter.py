@@ -245,11 +245,21 @@ class OtherProcess:
         self._conn, child = SPAWN.Pipe()
         self._proc = SPAWN.Process(target=serve_store, args=(str(path), child))
         self._proc.start()
-        assert self._conn.recv() == ("ok", "ready")
+        child.close()  # a child that dies is then an EOF here, not a wait for ever
+        assert self._recv() == ("ok", "ready")
+
+    def _recv(self) -> Any:
+        if not self._conn.poll(60):
+            raise AssertionError(f"the other process did not answer (exit code {self._proc.exitcode})")
+        try:
+            return self._conn.recv()
+        except EOFError:
+            self._proc.join(60)
+            raise AssertionError(f"the other process ended (exit code {self._proc.exitcode})") from None
 
     def __call__(self, method: str, *args: Any) -> Any:
         self._conn.send((method, args, {}))
-        reply = self._conn.recv()
+        reply = self._recv()
         assert reply[0] == "ok", reply
         return reply[1]
 

@@ -482,73 +482,224 @@ def test_calls_go_on_while_an_apply_writes_lmdb_and_see_what_it_applies(
 @pytest.fixture
 def applies(monkeypatch: pytest.MonkeyPatch) -> Callable[[], tuple[list[str], threading.Event]]:
     """Spy on every background-style apply: the names of the threads that
-    ran them, and an event set after each."""
+    ran them (with " helped" when the calls were to make its puts), and an
+    event set after each."""
 
     def install() -> tuple[list[str], threading.Event]:
         threads: list[str] = []
         applied = threading.Event()
-        real = window.Window._apply_behind
+        real = window.Window._behind
 
-        def spy(self: window.Window) -> None:
-            threads.append(threading.current_thread().name)
-            real(self)
-            applied.set()
+        def spy(self: window.Window, op: Any, helped: bool = False) -> Any:
+            result = real(self, op, helped)
+            if op is None:
+                threads.append(threading.current_thread().name + (" helped" if helped else ""))
+                applied.set()
+            return result
 
-        monkeypatch.setattr(window.Window, "_apply_behind", spy)
+        monkeypatch.setattr(window.Window, "_behind", spy)
         return threads, applied
 
     return install
 
 
-def test_a_busy_window_is_applied_by_the_call_that_finds_it_due(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, applies: Callable[[], tuple[list[str], threading.Event]]
-) -> None:
+@pytest.fixture
+def slices(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """One key a slice, the flusher never tired of waiting for the calls;
+    the names of the threads that made each slice."""
     monkeypatch.setattr(window, "BUSY_S", 3600.0)  # every call counts as busy
+    monkeypatch.setattr(window, "SLICE_KEYS", 1)
+    monkeypatch.setattr(window, "HELP_WAIT_S", 3600.0)
+    made: list[str] = []
+    real = window._Job._step
+
+    def spy(self: window._Job) -> None:
+        made.append(threading.current_thread().name)
+        real(self)
+
+    monkeypatch.setattr(window._Job, "_step", spy)
+    return made
+
+
+def _posted(win: window.Window) -> window._Job:
+    # Make the window due and wait for the flusher's next tick to post its apply.
+    win._apply_at = 0.0
+    deadline = time.monotonic() + 10
+    while (job := win._job) is None:
+        assert time.monotonic() < deadline, "the flusher posted no apply"
+        time.sleep(0.001)
+    return job
+
+
+def _applied(win: window.Window, before: int) -> None:
+    deadline = time.monotonic() + 10
+    while win.stats()["applies"] == before or win._job is not None:
+        assert time.monotonic() < deadline, "the apply did not commit"
+        time.sleep(0.001)
+
+
+def test_a_busy_windows_apply_is_the_flushers_transaction_whose_puts_the_calls_make(
+    tmp_path: Path, slices: list[str], applies: Callable[[], tuple[list[str], threading.Event]]
+) -> None:
     with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
         s.ensure_namespace("n")
-        s.claim("n", "a")
+        keys = [f"k{i}" for i in range(40)]
+        batch = s.claim_many("n", keys)
         win = s._parts[0].window
-        assert win is not None and len(win.overlay or ()) > 0, "applied before it was due"
+        assert win is not None
         threads, _ = applies()
         before = win.stats()
-        monkeypatch.setattr(win, "_apply_at", 0.0)  # due now
-        assert s.claim_many("n", ["b", "c"]).statuses == [Status.NEW, Status.NEW]
-        assert threads == [threading.current_thread().name]
-        assert len(win.overlay or ()) == 0
-        after = win.stats()  # the call's apply is counted as one, and timed
-        assert after["call_applies"] == before["call_applies"] + 1 == after["applies"] - before["applies"]
-        assert after["call_apply_seconds"] > before["call_apply_seconds"]
-        assert after["apply_seconds"] > before["apply_seconds"]
+        job = _posted(win)
+        frozen = len(job.slices)
+        assert frozen >= len(keys) and job.next == 0  # nothing written yet: the calls make the slices
+        calls = 0
+        while not job.done.is_set():
+            assert calls < len(keys), "a call made no slice"
+            s.complete("n", keys[calls], batch.tokens[calls], b"done")
+            calls += 1
+        assert calls == frozen and slices == [threading.current_thread().name] * frozen
+        _applied(win, before["applies"])
+        after = win.stats()
+        assert threads == [t for t in threads if t.startswith("dedupstore-flush") and t.endswith(" helped")] != []
+        assert after["applies"] == before["applies"] + 1 and after["helped_applies"] == before["helped_applies"] + 1
+        assert after["call_slices"] == before["call_slices"] + frozen
+        assert after["call_slice_seconds"] > before["call_slice_seconds"]
         committing = after["apply_commit_seconds"] - before["apply_commit_seconds"]
         assert 0 < committing <= after["apply_seconds"] - before["apply_seconds"]  # of the apply's time
         ns = s._namespace("n")
         with s._parts[0].env.begin() as txn:
-            for key in (b"a", b"b", b"c"):
-                assert ns.spaces[0].lookup(txn, key, s._now_us()) is not None, key
-        s.claim("n", "d")  # the next apply is an interval away again
-        assert threads == [threading.current_thread().name] and len(win.overlay or ()) > 0
+            for key in keys:
+                assert ns.spaces[0].lookup(txn, key.encode(), s._now_us()) is not None, key
+        # The completions made during the apply are in the fresh overlay, and they stand.
+        assert len(win.overlay or ()) > 0
+        assert {s.claim("n", k).status for k in keys[:calls]} == {Status.DUPLICATE}
+    with DedupStore.open(tmp_path / "s", durability="flush") as s:
+        assert {(r.outcome if (r := s.lookup("n", k)) else None) for k in keys[:calls]} == {b"done"}
 
 
-def test_a_claim_leaves_a_due_apply_to_the_next_completion_unless_overdue(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, applies: Callable[[], tuple[list[str], threading.Event]]
+def test_a_claim_leaves_the_slices_to_the_next_completion_unless_none_was_made_lately(
+    tmp_path: Path, slices: list[str]
 ) -> None:
-    monkeypatch.setattr(window, "BUSY_S", 3600.0)  # every call counts as busy
     with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
         s.ensure_namespace("n")
-        s.claim("n", "a")
+        batch = s.claim_many("n", ["a", "b"])
+        win = s._parts[0].window
+        assert win is not None
+        job = _posted(win)
+        s.claim_many("n", ["c", "d"])
+        one = s.claim("n", "e")
+        assert slices == [] and job.next == 0  # the claims' callers were not held up
+        assert s.complete_many("n", [("a", batch.tokens[0], b"A")]) == [None]
+        assert slices == [threading.current_thread().name] and job.next == 1
+        s.claim("n", "f")
+        assert job.next == 1  # a slice was made just now
+        job.last -= window.HELP_WAIT_S / 2  # as if made half HELP_WAIT_S ago
+        assert s.claim("n", "g").status is Status.NEW
+        assert job.next == 2 and one.status is Status.NEW
+
+
+def test_maintenance_beside_a_busy_window_runs_after_the_slices_the_calls_made(
+    tmp_path: Path, slices: list[str]
+) -> None:
+    with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
+        s.ensure_namespace("n")
+        keys = [f"k{i}" for i in range(20)]
+        batch = s.claim_many("n", keys)
+        win = s._parts[0].window
+        assert win is not None
+        before = win.stats()
+        ran: list[tuple[str, int]] = []
+
+        def op(txn: Any) -> str:
+            job = win._job
+            ran.append((threading.current_thread().name, len(slices)))
+            assert job is None  # withdrawn once every slice was made
+            return "evicted"
+
+        results: list[Any] = []
+        side = threading.Thread(target=lambda: results.append(win.beside(op)), name="maintainer")
+        side.start()
+        deadline = time.monotonic() + 10
+        while (job := win._job) is None:
+            assert time.monotonic() < deadline and side.is_alive(), "beside posted no apply"
+            time.sleep(0.001)
+        calls = 0
+        while not job.done.is_set():
+            s.complete("n", keys[calls], batch.tokens[calls], b"done")
+            calls += 1
+        side.join(10)
+        assert results == ["evicted"] and ran == [("maintainer", calls)]
+        assert slices == [threading.current_thread().name] * calls
+        after = win.stats()
+        assert after["beside_commits"] == before["beside_commits"] + 1
+        assert after["helped_applies"] == before["helped_applies"] + 1 and after["applies"] == before["applies"] + 1
+        ns = s._namespace("n")
+        with s._parts[0].env.begin() as txn:
+            assert all(ns.spaces[0].lookup(txn, k.encode(), s._now_us()) is not None for k in keys)
+
+
+def test_a_busy_windows_apply_is_finished_by_the_flusher_once_the_calls_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slices: list[str]
+) -> None:
+    monkeypatch.setattr(window, "HELP_WAIT_S", 0.01)
+    with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
+        s.ensure_namespace("n")
+        s.claim_many("n", ["a", "b", "c"])
+        win = s._parts[0].window
+        assert win is not None
+        before = win.stats()
+        job = _posted(win)
+        _applied(win, before["applies"])
+        assert job.next == len(job.slices) and slices and all(t.startswith("dedupstore-flush") for t in slices)
+        after = win.stats()
+        assert after["helped_applies"] == before["helped_applies"] and after["call_slices"] == before["call_slices"]
+        assert len(win.overlay or ()) == 0
+
+
+def test_a_slice_that_fails_in_a_call_leaves_the_call_standing_and_the_flusher_applies_it_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slices: list[str],
+    applies: Callable[[], tuple[list[str], threading.Event]],
+) -> None:
+    class Failing:
+        # The flusher's transaction, whose first cursor fails (a put that failed).
+        def __init__(self, txn: Any) -> None:
+            self.txn, self.failed = txn, False
+
+        def cursor(self, db: Any) -> Any:
+            if not self.failed:
+                self.failed = True
+                raise lmdb.DiskError("disk went away")
+            return self.txn.cursor(db=db)
+
+        def delete(self, key: bytes, db: Any) -> bool:
+            return bool(self.txn.delete(key, db=db))
+
+    real_init = window._Job.__init__
+
+    def failing(self: window._Job, txn: Any, dbs: Any, changes: Any) -> None:
+        real_init(self, Failing(txn), dbs, changes)
+
+    monkeypatch.setattr(window._Job, "__init__", failing)
+    with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
+        s.ensure_namespace("n")
+        batch = s.claim_many("n", ["a", "b"])
         win = s._parts[0].window
         assert win is not None
         threads, _ = applies()
-        monkeypatch.setattr(win, "_apply_at", time.monotonic() - 0.1)  # due, not overdue
-        batch = s.claim_many("n", ["b", "c"])
-        one = s.claim("n", "d")
-        assert threads == [] and len(win.overlay or ()) > 0  # the claims' callers were not held up
-        assert s.complete_many("n", [("b", batch.tokens[0], b"B")]) == [None]
-        assert threads == [threading.current_thread().name] and len(win.overlay or ()) == 0
-        monkeypatch.setattr(win, "_apply_at", time.monotonic() - 1.1)  # overdue by an interval
-        assert s.claim("n", "e").status is Status.NEW
-        assert threads == [threading.current_thread().name] * 2 and len(win.overlay or ()) == 0
-        assert one.status is Status.NEW
+        before = win.stats()
+        job = _posted(win)
+        assert s.complete("n", "a", batch.tokens[0], b"A").outcome == b"A"  # its slice failed: the call stands
+        assert job.done.is_set() and isinstance(job.error, lmdb.DiskError)
+        _applied(win, before["applies"])
+        after = win.stats()
+        assert after["applies"] == before["applies"] + 1 and after["helped_applies"] == before["helped_applies"]
+        ns = s._namespace("n")
+        with s._parts[0].env.begin() as txn:  # the flusher's own transaction wrote every key
+            for key in (b"a", b"b"):
+                assert ns.spaces[0].lookup(txn, key, s._now_us()) is not None, key
+        assert s.complete("n", "b", batch.tokens[1], b"B").outcome == b"B"
+    with DedupStore.open(tmp_path / "s", durability="flush") as s:
+        assert [(r.outcome if (r := s.lookup("n", k)) else None) for k in "ab"] == [b"A", b"B"]
 
 
 @pytest.mark.parametrize("durability", ["flush", "sync"])
@@ -565,11 +716,12 @@ def test_an_idle_window_and_every_sync_mode_one_is_applied_by_the_flusher(
         win = s._parts[0].window
         assert win is not None
         for key in ("b", "c"):
-            monkeypatch.setattr(win, "_apply_at", 0.0)  # due now
-            time.sleep(2 * window.BUSY_S if durability == "flush" else 0)  # flush: idle since the last call
             s.claim("n", key)
+            time.sleep(2 * window.BUSY_S if durability == "flush" else 0)  # flush: idle since the last call
+            monkeypatch.setattr(win, "_apply_at", 0.0)  # due now
         assert applied.wait(10)
         assert threads and all(name.startswith("dedupstore-flush") for name in threads), threads
+        assert not any(name.endswith(" helped") for name in threads), threads  # no call was to help
 
 
 def test_a_tick_gives_the_window_up_to_another_writer_without_waiting_for_the_apply(tmp_path: Path) -> None:
@@ -590,33 +742,6 @@ def test_a_tick_gives_the_window_up_to_another_writer_without_waiting_for_the_ap
         ns = s._namespace("n")
         with s._parts[0].env.begin() as txn:
             assert ns.spaces[0].lookup(txn, b"a", s._now_us()) is not None
-
-
-def test_a_call_whose_apply_fails_is_still_acknowledged_and_applied_later(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(window, "BUSY_S", 3600.0)  # every call counts as busy
-    with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
-        s.ensure_namespace("n")
-        win = s._parts[0].window
-        s.claim("n", "a")
-        assert win is not None
-        real = window.Window._commit
-
-        def fails(self: window.Window, changes: Any, owner: Any, op: Any = None) -> None:
-            raise OSError("disk went away")
-
-        monkeypatch.setattr(window.Window, "_commit", fails)
-        monkeypatch.setattr(win, "_apply_at", 0.0)
-        b = s.claim("n", "b")  # its apply fails after it is logged: the call stands
-        assert b.status is Status.NEW and len(win.overlay or ()) > 0
-        monkeypatch.setattr(window.Window, "_commit", real)
-        s.complete("n", "b", b.token, b"done")
-        win.apply()
-        assert len(win.overlay or ()) == 0
-    with DedupStore.open(tmp_path / "s", durability="flush") as s:
-        assert s.claim("n", "a").status is Status.IN_PROGRESS
-        assert s.lookup("n", "b") is not None and s.claim("n", "b").status is Status.DUPLICATE
 
 
 def test_a_failed_apply_keeps_every_write_for_the_next(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -188,8 +188,9 @@ def _summary(config: LoadConfig, report: LoadReport, doc: dict[str, Any]) -> lis
     ap = doc["applies"]
     if ap["count"]:
         where = (
-            f"; {format_number(ap['in_calls'])} in the consumer's calls, {ap['in_calls_mean_us']:,.0f} us each, "
-            f"{ap['in_calls_share'] * 100:.1f}% of the time" if ap["in_calls"] else ""
+            f"; {format_number(ap['helped'])} with their puts made by the consumer's calls, "
+            f"{format_number(ap['slices_in_calls'])} slices of {ap['slice_mean_us']:,.0f} us, "
+            f"{ap['in_calls_share'] * 100:.1f}% of the time" if ap["slices_in_calls"] else ""
         )
         rows.append(("applies", f"{format_number(ap['count'])} write-behind applies, {ap['mean_us']:,.0f} us "
                                 f"per transaction ({ap['commit_mean_us']:,.0f} us of it the commit){where}"))
