@@ -198,6 +198,19 @@ def _maintenance(part: _Partition, op: Callable[[Any], Any]) -> Any:
     return part.committer.run(op, durable=False)
 
 
+def _lag_us(txn: Any, part: _Partition, space: _native.Space, cfg: NamespaceConfig, now: int) -> int:
+    """How long (us) the oldest generation of ``space`` stored in ``part``
+    has been fully past its horizon and still holds a record: 0 while
+    eviction keeps up."""
+    oldest = space.stored_oldest(txn)
+    due_at = (oldest + 1) * cfg.generation_us + int(cfg.horizon * 1_000_000)
+    if due_at >= now:
+        return 0
+    cursor = txn.cursor(db=part.records)
+    start = _native.record_key(cfg.prefix, oldest, b"")
+    return now - due_at if cursor.set_range(start) and cursor.key().startswith(start) else 0
+
+
 def _settled(txn: Any) -> None:
     # A write transaction that writes nothing: its committer has settled
     # another process's write-behind window first (dedupstore/window.py).
@@ -1071,18 +1084,11 @@ class DedupStore(_native.StoreCore):
         frontier = 0
         evicted = 0
         lag_us = 0
-        horizon_us = int(cfg.horizon * 1_000_000)
         for part, space in zip(self._parts, ns.spaces, strict=True):
             with part.reader() as txn:
                 frontier = max(frontier, space.frontier(txn))
                 evicted += space.evicted_total(txn)
-                oldest = space.stored_oldest(txn)
-                due_at = (oldest + 1) * cfg.generation_us + horizon_us
-                if due_at < now:
-                    cursor = txn.cursor(db=part.records)
-                    start = _native.record_key(cfg.prefix, oldest, b"")
-                    if cursor.set_range(start) and cursor.key().startswith(start):
-                        lag_us = max(lag_us, now - due_at)
+                lag_us = max(lag_us, _lag_us(txn, part, space, cfg, now))
         # The newest live filters and those kept for past generations.
         live = [lf for sp in ns.spaces if sp.live is not None for lf in [sp.live, *sp.live_older]]
         return {
@@ -1106,6 +1112,22 @@ class DedupStore(_native.StoreCore):
             # and still present: 0 while eviction keeps up.
             "eviction_lag_seconds": lag_us / 1e6,
         }
+
+    def _eviction_lag(self, namespace: str) -> float:
+        """stats()'s ``eviction_lag_seconds`` of ``namespace``, read from
+        LMDB as it stands: as of this process's windows' last apply (at most
+        an apply interval ago; eviction commits beside them), in a few
+        microseconds a partition, where stats(), which applies them first,
+        takes milliseconds (the load generator samples it every second, in
+        its consumer's thread)."""
+        self._check()
+        cfg = self.namespaces()[namespace]
+        now = self._now_us()
+        lag_us = 0
+        for part, space in zip(self._parts, self._namespace(namespace).spaces, strict=True):
+            with part.env.begin() as txn:
+                lag_us = max(lag_us, _lag_us(txn, part, space, cfg, now))
+        return lag_us / 1e6
 
     def _count_pending(self, prefix: bytes) -> int:
         n = 0
