@@ -17,7 +17,7 @@ cdef inline double _monotonic():
     return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
-#: dedupstore/window.py's globals (bind_window): MAX_PENDING and BUSY_S
+#: dedupstore/window.py's globals (bind_window): MAX_PENDING
 #: are read there at each call, as the module's own code would.
 cdef dict _wglobals = None
 #: window.CLOSED, which never changes.
@@ -192,15 +192,14 @@ cdef class WindowCore:
         """After a flush-mode call: make a slice of the writes of the apply
         the flusher has under way (Window._help), if it has one.
 
-        The flusher's tick applies a window that is due. An idle window's
-        (no call for BUSY_S) it writes itself: there it costs no call
-        anything. A busy window's it writes in a transaction of its own, but
-        the calls make its puts, a slice each (:data:`window.SLICE_KEYS`),
-        while it waits without the GIL: a background thread that writes
-        through py-lmdb needs the GIL back after each of its LMDB calls, and
-        retaking it at once after each release kept a waiting call from it
-        until the interpreter's switch interval forced a hand-over
-        (docs/benchmarks.md). The commit, one LMDB call, is the flusher's."""
+        The flusher's tick applies a window that is due, in a transaction
+        of its own, but the calls make its puts, a slice each
+        (:data:`window.SLICE_KEYS`), while it waits without the GIL (and
+        makes what they leave once they stop): a background thread that
+        writes through py-lmdb needs the GIL back after each of its LMDB
+        calls, and retaking it at once after each release keeps a call that
+        waits for it waiting until the loop ends (docs/benchmarks.md). The
+        commit, one LMDB call, is the flusher's."""
         self._apply_if_due()
 
     cdef int _apply_if_due(self, bint claim=False) except -1:

@@ -67,7 +67,18 @@ from .namespace import (
 )
 from .units import parse_duration
 from .verdicts import LEASED_CODES, STATUS_BY_CODE, BatchResult, Record, Status
-from .window import CHECK_S, CLOSED, W_KEY, WLOG_DIR, Owner, Window, WindowBusy, collect_dead, settle
+from .window import (
+    CHECK_S,
+    CLOSED,
+    STORE_THREAD,
+    W_KEY,
+    WLOG_DIR,
+    Owner,
+    Window,
+    WindowBusy,
+    collect_dead,
+    settle,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -330,13 +341,12 @@ class _Partition:
     def _settle(self, txn: Any, mine: str | None) -> Callable[[], None] | None:
         return settle(txn, self.dbs, self._wdir, mine)
 
-    def checkpoint(self, if_changed: bool = False, flusher: bool = False) -> None:
+    def checkpoint(self, if_changed: bool = False) -> None:
         """Apply the write-behind window, then checkpoint: everything
         returned so far survives an OS crash. ``if_changed``: skip the
-        checkpoint when nothing was committed since the last one.
-        ``flusher``: the flusher's call (Window.apply)."""
+        checkpoint when nothing was committed since the last one."""
         if self.window is not None:
-            self.window.apply(flusher=flusher)
+            self.window.apply()
         if not if_changed or self.env.info()["last_txnid"] != self.checkpointer.durable_txnid:
             self.checkpointer.checkpoint()
 
@@ -687,6 +697,7 @@ class DedupStore(_native.StoreCore):
         # window.CHECK_S (or apply_interval, if shorter): each partition's
         # window is given up if another process wants to write, else applied
         # if it is due (Window.tick).
+        STORE_THREAD.own = True
         windows = [p.window for p in self._parts if p.window is not None]
         synced = self._journal is not None
         check_s = min(apply_s, CHECK_S)
@@ -722,7 +733,7 @@ class DedupStore(_native.StoreCore):
                     continue
                 next_checkpoint = now + interval
                 for p in self._parts:
-                    p.checkpoint(if_changed=True, flusher=True)
+                    p.checkpoint(if_changed=True)
             except Exception:
                 if self._dead is not None:
                     return
@@ -1162,6 +1173,7 @@ class DedupStore(_native.StoreCore):
         # capped at one second's worth of `rate`, so an idle spell cannot save
         # up into a deletion storm. The prefilter is refreshed about once a
         # second, a few filters a time.
+        STORE_THREAD.own = True  # its evictions' and filters' commits beside a window have the calls make the puts
         tokens = 0.0
         inserts_per_s = 0.0
         last = next_filters = time.monotonic()

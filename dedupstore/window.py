@@ -19,12 +19,13 @@ only writer therefore opens a *window* on it:
   the file, :class:`dedupstore._native.LogFile`: in the page cache once it
   returns, so a killed process loses nothing), and returns. No system call,
   no LMDB transaction, no lock another process waits on.
-- Every ``apply_interval`` (the store's flusher thread; in flush mode, while
-  calls keep coming, the flusher's transaction has its puts made by the
-  calls, a slice of :data:`SLICE_KEYS` keys each after its own log write,
-  while the flusher waits without the GIL: :meth:`Window.apply_if_due`; a
-  claim, whose caller waits for its verdict, leaves them to the next
-  completion or release unless none was taken lately),
+- Every ``apply_interval`` (the store's flusher thread; in flush mode the
+  flusher's transaction has its puts made by the calls, a slice of
+  :data:`SLICE_KEYS` keys each after its own log write, while the flusher
+  waits without the GIL, and makes what they leave once they stop:
+  :meth:`Window.apply_if_due`; a claim, whose caller waits for its verdict,
+  leaves them to the next completion or release unless none was taken
+  lately),
   before any other write transaction of this process, before a checkpoint,
   and when the overlay holds :data:`MAX_PENDING` keys, the overlay is written
   in one transaction that also moves ``W``'s offset past the records it
@@ -131,17 +132,25 @@ WAIT_LIMIT_S = 30.0
 CHECK_S = 0.005
 #: How often a waiting writer looks again.
 WAIT_POLL_S = 0.0005
-#: flush mode: a window that took a call this recently is busy: the
-#: flusher applies its overlay in a transaction whose puts the calls make
-#: (:meth:`Window.apply_if_due`); an idle one's it writes itself.
-BUSY_S = 0.001
-#: How many keys' writes a call makes of a busy window's apply: about 50 us
+#: How many keys' writes a call makes of a flush-mode apply: about 50 us
 #: of puts (py-lmdb's putmulti into a partition of 200,000 keys, 1.6 us a key).
 SLICE_KEYS = 32
 #: How long the flusher waits for the calls to take the next slice before it
-#: makes the rest itself (the calls stopped); a claim takes one only when no
-#: call did for half of it.
+#: makes the rest itself (the calls stopped, or never came: an idle window's
+#: apply); a claim takes one only when no call did for half of it.
 HELP_WAIT_S = 0.002
+
+#: ``own`` is set in the store's own threads (the flusher's, maintenance's):
+#: their applies of a flush-mode window have the calls make the puts
+#: (:meth:`Window._commit_helped`). Another thread's (a caller's flush() or
+#: evict()) may be the one that makes the calls: it applies on its own.
+STORE_THREAD = threading.local()
+
+
+def helping() -> bool:
+    """Whether this thread is one of the store's own (:data:`STORE_THREAD`)."""
+    return getattr(STORE_THREAD, "own", False)
+
 
 #: Returned by :meth:`Window.run` and :meth:`Window.read` when no window is
 #: open: the caller takes the ordinary path (a write transaction).
@@ -376,14 +385,15 @@ class Window(_native.WindowCore):
         self._boot = checkpoint.boot_id()
         self._journal = journal
         #: How often the overlay is applied, and when next; when the last
-        #: call was (see :meth:`apply_if_due`). Sync-mode calls leave every
-        #: apply to the flusher: they wait for their fdatasync without the
-        #: GIL anyway, which is when its apply runs.
+        #: call was. Flush-mode calls make the puts of the store's own
+        #: applies (:meth:`apply_if_due`); sync-mode calls leave them to the
+        #: flusher: they wait for their fdatasync without the GIL anyway,
+        #: which is when its apply runs.
         self._apply_s = apply_s
         self._calls_apply = journal is None and apply_s > 0
         self._apply_at = 0.0
         self._last_call = 0.0
-        #: The busy window's apply under way whose slices the calls make
+        #: The apply under way whose slices the calls make
         #: (:class:`_Job`), or None.
         self._job = None
         self._stem = (
@@ -472,23 +482,17 @@ class Window(_native.WindowCore):
                 return CLOSED
             return op(self.overlay)
 
-    def apply(self, flusher: bool = False) -> None:
+    def apply(self) -> None:
         """Write the overlay to LMDB now (before a checkpoint or a scan):
-        when this returns, LMDB holds every write this window took before.
-        ``flusher``: called from the flusher's thread (or another of the
-        store's own), where a busy window's calls make the puts (:meth:`_commit_helped`)."""
+        when this returns, LMDB holds every write this window took before."""
         if self.active:
             with self.applying:
-                self._behind(None, helped=flusher and self._busy())
-
-    def _busy(self) -> bool:
-        # A flush-mode window whose calls would make an apply's puts.
-        return self._calls_apply and time.monotonic() - self._last_call < BUSY_S
+                self._behind(None, helped=self._calls_apply and helping())
 
     def tick(self) -> None:
         """The flusher's call every :data:`CHECK_S` (or ``apply_interval``,
         if shorter): close the window if another process wants to write;
-        else apply if due (a busy window's with its calls making the puts,
+        else apply if due (flush mode: with its calls making the puts,
         :meth:`apply_if_due`)."""
         self.drop_retired()
         if not self.active:
@@ -506,7 +510,7 @@ class Window(_native.WindowCore):
             if now < self._apply_at:
                 return
             self._apply_at = now + self._apply_s
-            self._behind(None, helped=self._busy())
+            self._behind(None, helped=self._calls_apply and helping())
 
     def close(self) -> None:
         """Apply and give the window up (the store is closing)."""
@@ -684,12 +688,13 @@ class Window(_native.WindowCore):
         transactions are journaled): then the caller takes the group commit,
         which holds calls up. ``op`` must write nothing a call may write
         meanwhile: the calls' overlay is rebased onto its commit, and where
-        both wrote, the call's write would win. A busy window's calls make
-        the overlay's puts (:meth:`_commit_helped`); ``op`` runs in this thread."""
+        both wrote, the call's write would win. Flush mode, one of the
+        store's own threads: the calls make the overlay's puts
+        (:meth:`_commit_helped`); ``op`` runs in this thread."""
         if self._journal is not None:
             return CLOSED
         with self.applying:
-            result = self._behind(op, helped=self._busy())
+            result = self._behind(op, helped=self._calls_apply and helping())
             if result is not CLOSED:
                 self.beside_commits += 1
             return result
@@ -787,7 +792,7 @@ class Window(_native.WindowCore):
         return result
 
     def _commit_helped(self, changes: WriteSet, owner: Owner, op: Callable[[Any], Any] | None = None) -> Any:
-        """:meth:`_commit` of a busy window's changes (the store's thread
+        """:meth:`_commit` of a flush-mode window's changes (the store's thread
         that applies, ``applying`` held), whose puts and deletes the calls
         make, a slice each, while this thread waits for them without the GIL
         (:class:`_Job`); this thread begins the transaction, runs ``op`` in
@@ -903,7 +908,7 @@ def _discard(path: Path, seg: _native.LogFile | None) -> None:
 
 
 class _Job:
-    """A busy window's apply under way (:meth:`Window._commit_helped`): the
+    """A flush-mode window's apply under way (:meth:`Window._commit_helped`): the
     flusher's write transaction and its writes, in slices of at most
     :data:`SLICE_KEYS` keys (the deletes first, as :meth:`Window._write`
     makes them), that the window's calls make one at a time
