@@ -19,6 +19,7 @@ from cpython.ref cimport PyObject, Py_DECREF, Py_INCREF, Py_XDECREF
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, qsort, realloc
 from libc.string cimport memcmp, memcpy, memset
+from posix.unistd cimport usleep
 
 from .errors import (
     InvalidInputError,
@@ -813,6 +814,21 @@ cdef inline int _put(object txn, bytes key, bytes value, object db) except -1:
     return 0
 
 
+cdef enum:
+    # How long (us) a pause of a loop of py-lmdb calls in a background
+    # thread lasts (Space.build_bloom, Space.evict_step; the store's own
+    # threads pass ``pause_every``).
+    PAUSE_US = 100
+
+
+cdef inline void _pause() noexcept:
+    # Each py-lmdb call releases the GIL and the loop takes it back at once,
+    # before a thread that waits for it has woken up: that thread waits for
+    # the whole loop. Sleeping a while without the GIL lets it in.
+    with nogil:
+        usleep(PAUSE_US)
+
+
 cdef class Space:
     """One namespace inside one partition: the databases and the generations a
     lookup must probe. Held by the store; cheap to use on every request."""
@@ -1256,14 +1272,15 @@ cdef class Space:
         return gs.sealed1
 
     def build_bloom(self, txn, uint32_t gen, double fp_rate, uint64_t tag,
-                    Py_ssize_t max_gathered=MAX_GATHERED_HASHES):
+                    Py_ssize_t max_gathered=MAX_GATHERED_HASHES, Py_ssize_t pause_every=0):
         """A filter of every key stored in generation ``gen``, or None when it
         holds no record. One cursor pass gathers the keys' hashes (8 bytes a
         key, at most ``max_gathered`` of them, freed on return), then the
         filter, sized to their count, takes them all; a larger generation is
         counted in that pass and added in a second. Each cursor step hands
         the GIL over (py-lmdb), so a second pass doubles that as well as the
-        reads."""
+        reads. ``pause_every`` > 0: every that many keys, a pause
+        (:func:`_pause`)."""
         cdef bytes start = record_key(self.prefix, gen, b"")
         cdef Py_ssize_t n = 0, cap = max(1, min(4096, max_gathered))
         cdef uint64_t *hashes = <uint64_t *>malloc(cap * sizeof(uint64_t))
@@ -1279,6 +1296,8 @@ cdef class Space:
                 for k in cur.iternext(keys=True, values=False):
                     if not k.startswith(start):
                         break
+                    if pause_every > 0 and n % pause_every == pause_every - 1:
+                        _pause()
                     if gathered and n == cap:
                         if cap >= max_gathered:
                             gathered = False  # only counted from here on
@@ -1299,9 +1318,13 @@ cdef class Space:
             free(hashes)
             hashes = NULL
             cur.set_range(start)
+            n = 0
             for k in cur.iternext(keys=True, values=False):
                 if not k.startswith(start):
                     break
+                n += 1
+                if pause_every > 0 and n % pause_every == 0:
+                    _pause()
                 ds_bloom_add(&bf.b, self._record_key_hash(k))
             return bf
         finally:
@@ -1348,9 +1371,10 @@ cdef class Space:
             return 0
         return min(<uint32_t>((now - horizon) // self.gen_len), self.generation(now))
 
-    def evict_step(self, txn, int64_t horizon, int64_t now, long budget):
+    def evict_step(self, txn, int64_t horizon, int64_t now, long budget, long pause_every=0):
         """Evict, inside ``txn``, up to ``budget`` records of generations whose
-        every record is past ``horizon``, oldest generation first.
+        every record is past ``horizon``, oldest generation first
+        (``pause_every`` > 0: a pause every that many, :func:`_pause`).
 
         Generations hold completed records only: unresolved ones (the only
         evidence of an effect in flight) live in the pending database, which
@@ -1386,6 +1410,8 @@ cdef class Space:
                 positioned = cur.delete()
                 deleted += 1
                 budget -= 1
+                if pause_every > 0 and deleted % pause_every == 0:
+                    _pause()
             if positioned:
                 break  # budget spent inside this generation
             txn.delete(bloom_key(self.prefix, oldest), b"", self.meta)

@@ -77,6 +77,7 @@ from .window import (
     Window,
     WindowBusy,
     collect_dead,
+    helping,
     settle,
 )
 
@@ -220,6 +221,16 @@ def _lag_us(txn: Any, part: _Partition, space: _native.Space, cfg: NamespaceConf
     cursor = txn.cursor(db=part.records)
     start = _native.record_key(cfg.prefix, oldest, b"")
     return now - due_at if cursor.set_range(start) and cursor.key().startswith(start) else 0
+
+
+#: The store's own threads pause every this many keys of a filter build or
+#: an eviction step (about 50 us of py-lmdb calls, each handing the GIL over),
+#: so that a call waiting for the GIL gets it (dedupstore/_native.pyx, _pause).
+PAUSE_KEYS = 32
+
+
+def _pause_every() -> int:
+    return PAUSE_KEYS if helping() else 0
 
 
 def _settled(txn: Any) -> None:
@@ -1267,7 +1278,7 @@ class DedupStore(_native.StoreCore):
                     if budget is not None and budget <= 0:
                         return done
                     with part.reader() if current else part.env.begin() as txn:
-                        bf = space.build_bloom(txn, g, BLOOM_FP_RATE, self._bloom_tag)
+                        bf = space.build_bloom(txn, g, BLOOM_FP_RATE, self._bloom_tag, pause_every=_pause_every())
                     if bf is None:
                         bf = _native.BloomFilter(1, BLOOM_FP_RATE, self._bloom_tag)  # empty: rules every key out
                     blob = bf.to_bytes()
@@ -1320,7 +1331,9 @@ class DedupStore(_native.StoreCore):
                     space.evict_floor = space.evictable_below(horizon_us, now)
                     try:
                         deleted, left, oldest = _maintenance(
-                            part, functools.partial(space.evict_step, horizon=horizon_us, now=now, budget=step)
+                            part, functools.partial(
+                                space.evict_step, horizon=horizon_us, now=now, budget=step, pause_every=_pause_every()
+                            ),
                         )
                     finally:
                         space.evict_floor = 0

@@ -144,6 +144,34 @@ def test_stats_report_eviction_lag_until_eviction_runs(store_path: Path, clock: 
         assert after["eviction_lag_seconds"] == 0 and after["evicted"] > 0
 
 
+@pytest.mark.parametrize("durability", ["sync", "flush"])
+def test_an_eviction_in_the_stores_own_thread_pauses_and_deletes_the_same(
+    store_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, durability: str
+) -> None:
+    from dedupstore import store as store_module
+
+    monkeypatch.setattr(store_module, "PAUSE_KEYS", 3)
+    asked: list[int] = []
+    real = store_module._pause_every
+    monkeypatch.setattr(store_module, "_pause_every", lambda: asked.append(real()) or asked[-1])
+    with _open(store_path, clock, durability=durability, partitions=1) as s:
+        seen = _fill(s, clock, steps=3)
+        clock.advance(HORIZON + 2 * GEN)
+        done: list[dict[str, int]] = []
+
+        def own() -> None:
+            window.STORE_THREAD.own = True  # as the maintenance thread is
+            done.append(s.evict())
+
+        worker = threading.Thread(target=own)
+        worker.start()
+        worker.join(30)
+        assert done == [{"deleted": len(seen)}] and asked and set(asked) == {3}
+        assert all(s.lookup("n", k) is None for k in seen)
+        assert real() == 0  # a caller's own eviction does not pause
+    assert verify_store(store_path).problems == []
+
+
 def test_background_thread_evicts(store_path: Path, clock: FakeClock) -> None:
     with _open(store_path, clock, eviction_rate=100_000) as s:
         seen = _fill(s, clock, steps=30)

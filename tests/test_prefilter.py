@@ -120,8 +120,11 @@ def test_a_generation_too_large_to_gather_in_one_pass_gets_the_same_filter(store
             one = space.build_bloom(txn, gen, 0.01, 7)
             two = space.build_bloom(txn, gen, 0.01, 7, max_gathered=10)
             tiny = space.build_bloom(txn, gen, 0.01, 7, max_gathered=0)
+            # The store's own threads pause every few keys (a call waiting for the GIL gets it): the same filter.
+            paused = [space.build_bloom(txn, gen, 0.01, 7, max_gathered=m, pause_every=7) for m in (10_000, 10)]
         assert one is not None and two is not None and tiny is not None
         assert one.to_bytes() == two.to_bytes() == tiny.to_bytes()
+        assert [bf.to_bytes() if bf else None for bf in paused] == [one.to_bytes()] * 2
         assert one.count == 300
         assert all(two.maybe(s._hasher, k.encode()) for k in keys if k.startswith("g0-"))
 
