@@ -224,7 +224,8 @@ def _lag_us(txn: Any, part: _Partition, space: _native.Space, cfg: NamespaceConf
 
 
 #: The store's own threads pause every this many keys of a filter build or
-#: an eviction step (about 50 us of py-lmdb calls, each handing the GIL over),
+#: an eviction step (as many py-lmdb calls as a call's slice of an apply
+#: makes, window.SLICE_KEYS, each handing the GIL over),
 #: so that a call waiting for the GIL gets it (dedupstore/_native.pyx, _pause).
 PAUSE_KEYS = 32
 
