@@ -276,7 +276,6 @@ class WindowCore:
     logged_bytes: int
     _apply_s: float
     _apply_at: float
-    _last_call: float
     _job: Any
     def run(self, op: Callable[[Any], Any], sync: bool = True) -> Any: ...
     def apply_if_due(self) -> None: ...

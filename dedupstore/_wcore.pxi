@@ -4,21 +4,14 @@
 # _score.pxi) through _write_windows() and _one_in(), which share its
 # _enter() and _leave(). Most of what run() did in Python was bookkeeping around one
 # native op: here it is C, which hands the rare cases (opening the window, a
-# failed log write, a full overlay, an apply that is due) back to the Python
+# failed log write, a full overlay, a slice of an apply under way) back to the Python
 # methods.
 
-from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC, CLOCK_REALTIME
-
-
-cdef inline double _monotonic():
-    # time.monotonic() (the same clock on Linux), without the call.
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return ts.tv_sec + ts.tv_nsec * 1e-9
+from posix.time cimport clock_gettime, timespec, CLOCK_REALTIME
 
 
 #: dedupstore/window.py's globals (bind_window): MAX_PENDING
-#: are read there at each call, as the module's own code would.
+#: is read there at each call, as the module's own code would.
 cdef dict _wglobals = None
 #: window.CLOSED, which never changes.
 cdef object _CLOSED = None
@@ -103,7 +96,7 @@ cdef class WindowCore:
     cdef public object _log, _journal
     cdef public uint16_t _index
     cdef public uint64_t _records, _size, logged_bytes
-    cdef public double _apply_s, _apply_at, _last_call
+    cdef public double _apply_s, _apply_at
     cdef public object _job
 
     def run(self, op, bint sync=True):
@@ -208,7 +201,6 @@ cdef class WindowCore:
         # (whose effect is done), unless none was taken lately (Window._help).
         if not self._calls_apply:
             return 0
-        self._last_call = _monotonic()
         if self._job is not None:
             self._help(claim)
         return 0

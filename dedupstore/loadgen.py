@@ -217,7 +217,7 @@ class LoadReport:
     background_cpu_seconds: float = 0.0
     #: Write-behind applies (LMDB transactions of the windows, flush or
     #: sync mode) and the wall time they took; of them, those whose puts the
-    #: store's calls made (flush mode, a busy window), the slices of puts the
+    #: store's calls made (flush mode), the slices of puts the
     #: calls made and the wall time that took: time the consumer was not claiming.
     applies: int = 0
     apply_seconds: float = 0.0

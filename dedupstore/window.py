@@ -384,15 +384,13 @@ class Window(_native.WindowCore):
         self._checkpoint = checkpoint_now  # moves the pin before a retry when the map is full
         self._boot = checkpoint.boot_id()
         self._journal = journal
-        #: How often the overlay is applied, and when next; when the last
-        #: call was. Flush-mode calls make the puts of the store's own
-        #: applies (:meth:`apply_if_due`); sync-mode calls leave them to the
-        #: flusher: they wait for their fdatasync without the GIL anyway,
-        #: which is when its apply runs.
+        #: How often the overlay is applied, and when next. Flush-mode calls
+        #: make the puts of the store's own applies (:meth:`apply_if_due`);
+        #: sync-mode calls leave them to the flusher: they wait for their
+        #: fdatasync without the GIL anyway, which is when its apply runs.
         self._apply_s = apply_s
         self._calls_apply = journal is None and apply_s > 0
         self._apply_at = 0.0
-        self._last_call = 0.0
         #: The apply under way whose slices the calls make
         #: (:class:`_Job`), or None.
         self._job = None

@@ -537,7 +537,7 @@ def _applied(win: window.Window, before: int) -> None:
         time.sleep(0.001)
 
 
-def test_a_busy_windows_apply_is_the_flushers_transaction_whose_puts_the_calls_make(
+def test_a_flush_mode_apply_is_the_flushers_transaction_whose_puts_the_calls_make(
     tmp_path: Path, slices: list[str], applies: Callable[[], tuple[list[str], threading.Event]]
 ) -> None:
     with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
@@ -597,7 +597,7 @@ def test_a_claim_leaves_the_slices_to_the_next_completion_unless_none_was_made_l
         assert job.next == 2 and one.status is Status.NEW
 
 
-def test_maintenance_beside_a_busy_window_runs_after_the_slices_the_calls_made(
+def test_maintenance_beside_a_flush_mode_window_runs_after_the_slices_the_calls_made(
     tmp_path: Path, slices: list[str]
 ) -> None:
     with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
@@ -641,7 +641,7 @@ def test_maintenance_beside_a_busy_window_runs_after_the_slices_the_calls_made(
             assert all(ns.spaces[0].lookup(txn, k.encode(), s._now_us()) is not None for k in keys)
 
 
-def test_a_busy_windows_apply_is_finished_by_the_flusher_once_the_calls_stop(
+def test_a_flush_mode_apply_is_finished_by_the_flusher_once_the_calls_stop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slices: list[str]
 ) -> None:
     monkeypatch.setattr(window, "HELP_WAIT_S", 0.01)
