@@ -224,7 +224,7 @@ def _lag_us(txn: Any, part: _Partition, space: _native.Space, cfg: NamespaceConf
 
 
 #: The store's own threads pause every this many keys of a filter build or
-#: an eviction step (as many py-lmdb calls as a call's slice of an apply
+#: of an eviction step beside a flush-mode window (as many py-lmdb calls as a call's slice of an apply
 #: makes, window.SLICE_KEYS, each handing the GIL over),
 #: so that a call waiting for the GIL gets it (dedupstore/_native.pyx, _pause).
 PAUSE_KEYS = 32
@@ -232,6 +232,13 @@ PAUSE_KEYS = 32
 
 def _pause_every() -> int:
     return PAUSE_KEYS if helping() else 0
+
+
+def _beside_calls(part: _Partition) -> bool:
+    # A maintenance write goes beside the calls (a flush-mode window), not
+    # in a group commit that holds them up (sync mode), where a pause would
+    # only make them wait longer.
+    return part.window is not None and part.window._calls_apply
 
 
 def _settled(txn: Any) -> None:
@@ -1333,7 +1340,8 @@ class DedupStore(_native.StoreCore):
                     try:
                         deleted, left, oldest = _maintenance(
                             part, functools.partial(
-                                space.evict_step, horizon=horizon_us, now=now, budget=step, pause_every=_pause_every()
+                                space.evict_step, horizon=horizon_us, now=now, budget=step,
+                                pause_every=_pause_every() if _beside_calls(part) else 0,
                             ),
                         )
                     finally:

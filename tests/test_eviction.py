@@ -166,7 +166,8 @@ def test_an_eviction_in_the_stores_own_thread_pauses_and_deletes_the_same(
         worker = threading.Thread(target=own)
         worker.start()
         worker.join(30)
-        assert done == [{"deleted": len(seen)}] and asked and set(asked) == {3}
+        # Only beside a flush-mode window: in sync mode the step is a group commit that holds the calls up.
+        assert done == [{"deleted": len(seen)}] and (set(asked) == {3} if durability == "flush" else not asked)
         assert all(s.lookup("n", k) is None for k in seen)
         assert real() == 0  # a caller's own eviction does not pause
     assert verify_store(store_path).problems == []
