@@ -142,7 +142,7 @@ HELP_WAIT_S = 0.002
 
 #: ``own`` is set in the store's own threads (the flusher's, maintenance's):
 #: their applies of a flush-mode window have the calls make the puts
-#: (:meth:`Window._commit_helped`). Another thread's (a caller's flush() or
+#: (:meth:`Window._commit`). Another thread's (a caller's flush() or
 #: evict()) may be the one that makes the calls: it applies on its own.
 STORE_THREAD = threading.local()
 
@@ -688,7 +688,7 @@ class Window(_native.WindowCore):
         meanwhile: the calls' overlay is rebased onto its commit, and where
         both wrote, the call's write would win. Flush mode, one of the
         store's own threads: the calls make the overlay's puts
-        (:meth:`_commit_helped`); ``op`` runs in this thread."""
+        (:meth:`_commit`); ``op`` runs in this thread."""
         if self._journal is not None:
             return CLOSED
         with self.applying:
@@ -705,7 +705,7 @@ class Window(_native.WindowCore):
         on between them); under the lock again the fresh overlay is rebased onto a
         snapshot that holds them. A failed commit folds the fresh overlay
         back into the frozen one. ``helped``: the calls make the overlay's
-        puts (:meth:`_commit_helped`). Returns ``op``'s result (CLOSED: ``op``
+        puts (:meth:`_commit`). Returns ``op``'s result (CLOSED: ``op``
         did not run)."""
         with self.lock:
             if not self.active:
@@ -727,7 +727,7 @@ class Window(_native.WindowCore):
         # (sorted, which takes a while) without holding calls up.
         changes = frozen.write_set()
         try:
-            result = (self._commit_helped if helped else self._commit)(changes, owner, op)
+            result = self._commit(changes, owner, op, helped)
         except BaseException:
             with self.lock:
                 assert self.overlay is not None
@@ -746,29 +746,42 @@ class Window(_native.WindowCore):
 
     def _commit(
         self, changes: WriteSet, owner: Owner | None, op: Callable[[Any], Any] | None = None,
+        helped: bool = False,
     ) -> Any:
         """One transaction writing ``changes`` (an overlay's
         :meth:`~dedupstore._native.Overlay.write_set`) and ``W`` (deleted if
         ``owner`` is None), then running ``op`` (if given: its result is
-        returned); a full map is checkpointed once and retried."""
+        returned); a full map is checkpointed once and retried. ``helped``
+        (flush mode, the store's own thread, ``applying`` held): the calls
+        that come meanwhile make the puts and deletes, a slice each, while
+        this thread waits for them without the GIL (:class:`_Job`); this
+        thread begins the transaction, runs ``op`` and commits (LMDB's writer
+        lock belongs to the thread that took it). A slice that fails drops
+        the transaction, and this thread makes the writes in the next."""
         t0 = time.perf_counter()
         result = None
+        attempt = 0
         try:
-            for attempt in (0, 1):
+            while True:
                 txn = self._env.begin(write=True)
                 try:
-                    self._write(txn, changes, owner)
+                    calls_helped = (self._write_helped if helped else self._write)(txn, changes, owner)
                     if op is not None:
                         result = op(txn)
                     t1 = time.perf_counter()
                     txn.commit()
                     if changes[0]:
                         self.apply_commit_seconds += time.perf_counter() - t1
+                        self.helped_applies += calls_helped
                     break
+                except _SliceFailed:
+                    txn.abort()
+                    helped = False
                 except lmdb.MapFullError:
                     txn.abort()
                     if attempt:
                         raise
+                    attempt = 1
                     self._checkpoint()  # moves the pin: freed pages become reusable
                 except BaseException:
                     txn.abort()
@@ -789,44 +802,19 @@ class Window(_native.WindowCore):
             self.applied_keys += changes[0]
         return result
 
-    def _commit_helped(self, changes: WriteSet, owner: Owner, op: Callable[[Any], Any] | None = None) -> Any:
-        """:meth:`_commit` of a flush-mode window's changes (the store's thread
-        that applies, ``applying`` held), whose puts and deletes the calls
-        make, a slice each, while this thread waits for them without the GIL
-        (:class:`_Job`); this thread begins the transaction, runs ``op`` in
-        it once the slices are made, and commits (LMDB's writer lock belongs
-        to the thread that took it). Should anything fail, the transaction
-        is dropped and :meth:`_commit` does it all over (it retries a full
-        map, and reports)."""
-        t0 = time.perf_counter()
-        txn = self._env.begin(write=True)
+    def _write_helped(self, txn: Any, changes: WriteSet, owner: Owner | None) -> bool:
+        # _write's writes, the changes' made by the calls (see _commit);
+        # True if a call made a slice.
         job = _Job(txn, self._dbs, changes)
+        self._job = job
         try:
-            self._job = job
-            try:
-                job.finish()
-            finally:
-                self._job = None
-            self._put_owner(txn, owner)
-            result = None if op is None else op(txn)
-            t1 = time.perf_counter()
-            txn.commit()
-        except Exception:
-            txn.abort()
-            return self._commit(changes, owner, op)
-        except BaseException:
-            txn.abort()
-            raise
-        now = time.perf_counter()
-        if changes[0]:
-            self.apply_commit_seconds += now - t1
-            self.apply_seconds += now - t0
-            self.applies += 1
-            self.applied_keys += changes[0]
-            self.helped_applies += job.helped > 0
-        return result
+            job.finish()
+        finally:
+            self._job = None
+        self._put_owner(txn, owner)
+        return job.helped > 0
 
-    def _write(self, txn: Any, changes: WriteSet, owner: Owner | None) -> None:
+    def _write(self, txn: Any, changes: WriteSet, owner: Owner | None) -> bool:
         # Each database's puts in one putmulti (grouped and sorted in C by
         # Overlay.write_set); a database's keys are distinct, so its deletes
         # may go first.
@@ -843,6 +831,7 @@ class Window(_native.WindowCore):
         for code, items in puts:
             txn.cursor(db=dbs[code]).putmulti(items)
         self._put_owner(txn, owner)
+        return False  # no call made a slice
 
     def _put_owner(self, txn: Any, owner: Owner | None) -> None:
         if owner is None:
@@ -906,7 +895,7 @@ def _discard(path: Path, seg: _native.LogFile | None) -> None:
 
 
 class _Job:
-    """A flush-mode window's apply under way (:meth:`Window._commit_helped`): the
+    """A flush-mode window's apply under way (:meth:`Window._commit`): the
     flusher's write transaction and its writes, in slices of at most
     :data:`SLICE_KEYS` keys (the deletes first, as :meth:`Window._write`
     makes them), that the window's calls make one at a time

@@ -272,20 +272,14 @@ def test_calls_go_on_while_an_eviction_commits_beside_the_write_behind_window(
         clock.advance(HORIZON + 2 * GEN)
         inside, go_on = threading.Event(), threading.Event()
         real = window.Window._commit
-        real_helped = window.Window._commit_helped
 
-        def holding(commit: Any) -> Any:
-            def held(self: window.Window, changes: Any, owner: Any, op: Any = None) -> Any:
-                if op is not None:  # the eviction's transaction, not an apply
-                    inside.set()
-                    assert go_on.wait(5)
-                return commit(self, changes, owner, op)
+        def held(self: window.Window, changes: Any, owner: Any, op: Any = None, helped: bool = False) -> Any:
+            if op is not None:  # the eviction's transaction, not an apply
+                inside.set()
+                assert go_on.wait(5)
+            return real(self, changes, owner, op, helped)
 
-            return held
-
-        # The window is busy or idle by the time the eviction commits: either way.
-        monkeypatch.setattr(window.Window, "_commit", holding(real))
-        monkeypatch.setattr(window.Window, "_commit_helped", holding(real_helped))
+        monkeypatch.setattr(window.Window, "_commit", held)
         done: list[dict[str, int]] = []
         evictor = threading.Thread(target=lambda: done.append(s.evict()))
         evictor.start()
@@ -297,7 +291,6 @@ def test_calls_go_on_while_an_eviction_commits_beside_the_write_behind_window(
         go_on.set()
         evictor.join()
         monkeypatch.setattr(window.Window, "_commit", real)
-        monkeypatch.setattr(window.Window, "_commit_helped", real_helped)
         assert done == [{"deleted": 3 * 20 + 1}]
         assert s.lookup("n", "old") is None
         assert s.claim("n", "fresh").status is Status.IN_PROGRESS

@@ -450,10 +450,10 @@ def test_calls_go_on_while_an_apply_writes_lmdb_and_see_what_it_applies(
         inside, go_on = threading.Event(), threading.Event()
         real = window.Window._commit
 
-        def slow(self: window.Window, changes: Any, owner: Any, op: Any = None) -> Any:
+        def slow(self: window.Window, changes: Any, owner: Any, op: Any = None, helped: bool = False) -> Any:
             inside.set()
             assert go_on.wait(10)
-            return real(self, changes, owner, op)
+            return real(self, changes, owner, op, helped)
 
         monkeypatch.setattr(window.Window, "_commit", slow)
         applier = threading.Thread(target=win.apply)
@@ -758,7 +758,7 @@ def test_a_failed_apply_keeps_every_write_for_the_next(tmp_path: Path, monkeypat
         assert win is not None
         real = window.Window._commit
 
-        def fails(self: window.Window, changes: Any, owner: Any, op: Any = None) -> None:
+        def fails(self: window.Window, changes: Any, owner: Any, op: Any = None, helped: bool = False) -> None:
             # Calls made while the apply runs, then the apply fails.
             assert s.claim("n", "b").status is Status.NEW
             s.complete("n", "a", a.token, b"done")
