@@ -42,7 +42,14 @@ try:
 except ImportError:  # pragma: no cover - Windows
     resource = None  # type: ignore[assignment]
 from .namespace import generation_length
-from .store import DEFAULT_APPLY_INTERVAL, DEFAULT_EVICTION_RATE, FILTERS_PER_REFRESH, DedupStore
+from .store import (
+    DEFAULT_APPLY_INTERVAL,
+    DEFAULT_EVICTION_RATE,
+    DEFAULT_THREAD_NICE,
+    FILTERS_PER_REFRESH,
+    MAX_NICE,
+    DedupStore,
+)
 from .verdicts import Status
 
 NAMESPACE = "bench.orders"
@@ -69,6 +76,9 @@ class LoadConfig:
     #: flush mode: the store's write-behind apply interval (seconds; 0 turns write-behind off).
     apply_interval: float = DEFAULT_APPLY_INTERVAL
     partitions: int | None = None
+    #: Nice steps below the consumer at which the store's own threads run
+    #: (DedupStore.open's ``thread_nice``).
+    thread_nice: int = DEFAULT_THREAD_NICE
     mode: str = "poll"
     #: Events per producer batch in ``batch`` mode.
     batch: int = 100
@@ -105,6 +115,10 @@ class LoadConfig:
             raise InvalidInputError(f"drain must be in [0, 86,400] s; got {self.drain!r}")
         if not 1 <= self.batch <= 100_000 or not 1 <= self.max_batch <= 100_000:
             raise InvalidInputError(f"batch sizes must be 1..100,000; got {self.batch} and {self.max_batch}")
+        if isinstance(self.thread_nice, bool) or not isinstance(self.thread_nice, int) or not (
+            0 <= self.thread_nice <= MAX_NICE
+        ):
+            raise InvalidInputError(f"thread_nice must be an int in 0..{MAX_NICE}; got {self.thread_nice!r}")
         if not 1 <= self.time_scale <= 1_000_000:
             raise InvalidInputError(f"time_scale must be 1..1,000,000; got {self.time_scale!r}")
         if self.rate * self.duration > 50_000_000:
@@ -281,6 +295,7 @@ class LoadReport:
             "durability": c.durability,
             "flush_interval_seconds": c.flush_interval,
             "apply_interval_seconds": c.apply_interval,
+            "thread_nice": c.thread_nice,
             "mode": c.mode,
             "batch": c.batch if c.mode == "batch" else (c.max_batch if c.mode == "poll" else 1),
             "path": self.path,
@@ -447,6 +462,7 @@ class PrefilterRefresher:
         self._thread = threading.Thread(target=self._run, name="dedupstore-bench-prefilter", daemon=True)
 
     def _run(self) -> None:
+        self._store._lower_thread_priority()  # as the store's thread would run
         while not self._stop.wait(1.0):
             self._store.refresh_prefilter(limit=FILTERS_PER_REFRESH)
 
@@ -490,6 +506,7 @@ def _run(
         bloom=config.bloom,
         clock=clock,
         eviction_rate=DEFAULT_EVICTION_RATE if config.eviction else 0,
+        thread_nice=config.thread_nice,
     ) as store:
         lease = min(LEASE_WALL_S * config.time_scale, 7 * 86_400.0)
         store.ensure_namespace(NAMESPACE, horizon=config.horizon, lease=lease)

@@ -15,6 +15,7 @@ import datetime as _dt
 import functools
 import logging
 import os
+import sys
 import threading
 import time
 import weakref
@@ -115,6 +116,15 @@ TRICKLE_S = 0.02
 DEFAULT_APPLY_INTERVAL = 0.05
 MIN_APPLY_INTERVAL_S = 0.0005
 MAX_APPLY_INTERVAL_S = 1.0
+#: How many nice steps below the thread that opened the store its own
+#: threads run (the flusher, maintenance, parallel checkpoints; Linux, where
+#: nice is per thread). A caller's thread that wakes while one of them has
+#: the CPU then gets it at once, instead of waiting out that thread's time
+#: slice: the largest part of the flush-mode p99 at the reference load
+#: (docs/benchmarks.md, "The store's threads give way").
+DEFAULT_THREAD_NICE = 10
+#: The lowest priority there is.
+MAX_NICE = 19
 #: Target false-positive rate of each generation's filter.
 BLOOM_FP_RATE = 0.01
 _native.bloom_sizing(BLOOM_FP_RATE)  # its sizing search done now, not in a refresh
@@ -193,6 +203,32 @@ def _time_us(value: object, what: str) -> int:
 
 
 _token = _native.check_token
+
+
+def _nice_target(steps: int) -> int | None:
+    """The nice value the store's own threads take: the calling (opening)
+    thread's plus ``steps``, at most MAX_NICE. None (left alone) for 0 steps,
+    and off Linux, where setpriority(PRIO_PROCESS) of a thread id is not a
+    thread's own."""
+    if not steps or not sys.platform.startswith("linux"):
+        return None
+    try:
+        return min(MAX_NICE, os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) + steps)
+    except OSError:
+        return None
+
+
+def _lower_priority(target: int | None) -> None:
+    """Raise the calling thread's nice value to ``target`` (never lower it:
+    that takes a privilege). A refusal (a sandbox) only costs latency."""
+    if target is None:
+        return
+    tid = threading.get_native_id()
+    try:
+        if os.getpriority(os.PRIO_PROCESS, tid) < target:
+            os.setpriority(os.PRIO_PROCESS, tid, target)
+    except OSError as exc:
+        log.debug("dedupstore: could not lower thread %d's priority to nice %d: %s", tid, target, exc)
 
 
 def _put_meta(txn: Any, *, key: bytes, value: bytes, db: Any) -> None:
@@ -455,6 +491,7 @@ class DedupStore(_native.StoreCore):
         eviction_batch: int = DEFAULT_EVICTION_BATCH,
         flush_interval: float | str = DEFAULT_FLUSH_INTERVAL,
         apply_interval: float | str = DEFAULT_APPLY_INTERVAL,
+        thread_nice: int = DEFAULT_THREAD_NICE,
     ) -> DedupStore:
         """Open (or create) the store at ``path``.
 
@@ -478,7 +515,11 @@ class DedupStore(_native.StoreCore):
         off; default 50 ms) is how often this process's write-behind window
         is applied to LMDB while it is a partition's only writer; another
         process's first write or read of that partition waits about 5 ms for
-        the window to be given up, whatever the interval (docs/guarantees.md).
+        the window to be given up, whatever the interval (docs/guarantees.md);
+        ``thread_nice`` (0..19, default 10) is how many nice steps below the
+        opening thread the store's own threads run on Linux, so that the
+        callers' threads get a CPU first (0: the same priority; elsewhere
+        ignored).
         """
         if durability not in DURABILITY:
             raise InvalidInputError(f"durability must be one of {sorted(DURABILITY)}; got {durability!r}")
@@ -498,6 +539,11 @@ class DedupStore(_native.StoreCore):
             raise InvalidInputError(
                 f"eviction_batch must be an int in 1..{MAX_EVICTION_BATCH} entries per transaction; "
                 f"got {eviction_batch!r}"
+            )
+        if isinstance(thread_nice, bool) or not isinstance(thread_nice, int) or not 0 <= thread_nice <= MAX_NICE:
+            raise InvalidInputError(
+                f"thread_nice must be an int in 0..{MAX_NICE} (nice steps below the opening thread); "
+                f"got {thread_nice!r}"
             )
         interval = parse_duration(
             flush_interval, what="flush_interval", minimum=MIN_FLUSH_INTERVAL_S, maximum=MAX_FLUSH_INTERVAL_S
@@ -525,6 +571,7 @@ class DedupStore(_native.StoreCore):
             _open_stores[ident] = weakref.ref(self)
         try:
             self._init(root, ident, partitions, durability, bloom, clock, map_size, apply_s)
+            self._nice = _nice_target(thread_nice)
             self._start_evictor(float(eviction_rate), eviction_batch)
             self._start_flusher(interval, apply_s)
         except BaseException:
@@ -595,6 +642,8 @@ class DedupStore(_native.StoreCore):
         #: and duplicates of the same event (updated by _native.tally alone).
         self._counts = [0] * (len(STATUS_BY_CODE) + 2)
         self._pool: ThreadPoolExecutor | None = None
+        #: The nice value the store's own threads take (_lower_priority).
+        self._nice: int | None = None
         self._evict_batch = DEFAULT_EVICTION_BATCH
         self._evictor: threading.Thread | None = None
         self._flusher: threading.Thread | None = None
@@ -717,6 +766,7 @@ class DedupStore(_native.StoreCore):
         # window is given up if another process wants to write, else applied
         # if it is due (Window.tick).
         STORE_THREAD.own = True
+        _lower_priority(self._nice)
         windows = [p.window for p in self._parts if p.window is not None]
         synced = self._journal is not None
         check_s = min(apply_s, CHECK_S)
@@ -757,6 +807,11 @@ class DedupStore(_native.StoreCore):
                 if self._dead is not None:
                     return
                 log.exception("dedupstore: background checkpoint failed; retrying in %.3g s", interval)
+
+    def _lower_thread_priority(self) -> None:
+        """The calling thread, which does the work of one of the store's own
+        (the load generator's filter refresher), takes their priority."""
+        _lower_priority(self._nice)
 
     def now(self) -> float:
         """The store clock, in seconds since the epoch."""
@@ -973,7 +1028,10 @@ class DedupStore(_native.StoreCore):
         if self._pool is None:
             with self._ns_lock:
                 if self._pool is None:
-                    self._pool = ThreadPoolExecutor(self._nparts, thread_name_prefix="dedupstore-commit")
+                    self._pool = ThreadPoolExecutor(
+                        self._nparts, thread_name_prefix="dedupstore-commit", initializer=_lower_priority,
+                        initargs=(self._nice,),
+                    )
         return self._pool
 
     def _leased_op(self, namespace: str, key: bytes | str, token: object) -> tuple[_Namespace, bytes, int, _Partition]:
@@ -1193,6 +1251,7 @@ class DedupStore(_native.StoreCore):
         # up into a deletion storm. The prefilter is refreshed about once a
         # second, a few filters a time.
         STORE_THREAD.own = True  # its evictions' and filters' commits beside a window have the calls make the puts
+        _lower_priority(self._nice)
         tokens = 0.0
         inserts_per_s = 0.0
         last = next_filters = time.monotonic()

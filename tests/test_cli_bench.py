@@ -18,10 +18,11 @@ from dedupstore.cli.main import main
 def test_bench_json_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path, durability: str) -> None:
     code = main(
         ["bench", "--rate", "2000", "--duration", "1s", "--durability", durability,
-         "--path", str(tmp_path / "s"), "--floor", "300ms", "--json"]
+         "--path", str(tmp_path / "s"), "--floor", "300ms", "--thread-nice", "3", "--json"]
     )
     assert code == 0
     doc = json.loads(capsys.readouterr().out)
+    assert doc["thread_nice"] == 3
     for key in ("achieved_rate", "p50_us", "p99_us", "p999_us", "cpu_share", "verdicts", "bytes_on_disk", "events"):
         assert key in doc
     assert doc["events"] == 2000 == doc["claimed"] and doc["unclaimed"] == 0

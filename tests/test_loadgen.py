@@ -165,7 +165,7 @@ def test_the_schedule_counts_a_stall_against_every_event_behind_it() -> None:
 def test_bad_config_is_refused() -> None:
     for bad in (
         LoadConfig(mode="burst"), LoadConfig(rate=0), LoadConfig(batch=0), LoadConfig(time_scale=0.5),
-        LoadConfig(rate=1e6, duration=100), LoadConfig(drain=-1),
+        LoadConfig(rate=1e6, duration=100), LoadConfig(drain=-1), LoadConfig(thread_nice=20),
     ):
         with pytest.raises(InvalidInputError):
             run_load(bad)

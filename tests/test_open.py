@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 import threading
+import time
 from pathlib import Path
 
 import lmdb
@@ -234,3 +237,54 @@ def test_a_file_ending_before_lmdbs_last_page_number_still_opens(tmp_path: Path)
         env.close()
     with DedupStore.open(tmp_path / "s", clock=clock) as again:
         assert again.claim("n", "k").status is Status.NEW
+
+
+def _nice(tid: int) -> int:
+    return os.getpriority(os.PRIO_PROCESS, tid)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="nice is per thread on Linux only")
+@pytest.mark.parametrize("steps", [0, 7, 19])
+def test_store_threads_run_below_the_thread_that_opened_it(tmp_path: Path, steps: int) -> None:
+    # The opener runs at nice 2: the store's threads take its value plus
+    # thread_nice (at most 19), and the opener's own is left alone.
+    seen: dict[str, int] = {}
+    errors: list[BaseException] = []
+
+    def opener() -> None:
+        try:
+            tid = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, tid, 2)
+            with DedupStore.open(tmp_path / "s", durability="flush", thread_nice=steps) as s:
+                s.ensure_namespace("ns")
+                s.claim("ns", "k")
+                s.flush()  # four partitions: their checkpoints run in the store's pool
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    threads = {
+                        t.name.split(":")[0]: t for t in threading.enumerate() if t.name.startswith("dedupstore-")
+                    }
+                    if {"dedupstore-flush", "dedupstore-maintain", "dedupstore-commit_0"} <= threads.keys() and all(
+                        _nice(t.native_id) == min(19, 2 + steps) for t in threads.values() if t.native_id
+                    ):
+                        break
+                    time.sleep(0.01)
+                seen.update({name: _nice(t.native_id) for name, t in threads.items() if t.native_id})
+                seen["opener"] = _nice(tid)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test's thread
+            errors.append(exc)
+
+    t = threading.Thread(target=opener)
+    t.start()
+    t.join()
+    assert not errors, errors
+    assert seen.pop("opener") == 2
+    assert {"dedupstore-flush", "dedupstore-maintain", "dedupstore-commit_0"} <= seen.keys()
+    assert set(seen.values()) == {min(19, 2 + steps)}, seen
+
+
+@pytest.mark.parametrize("bad", [-1, 20, 1.5, True, "10"])
+def test_thread_nice_out_of_range_is_refused_naming_the_range(tmp_path: Path, bad: object) -> None:
+    with pytest.raises(InvalidInputError, match=r"thread_nice must be an int in 0\.\.19"):
+        DedupStore.open(tmp_path / "s", thread_nice=bad)  # type: ignore[arg-type]
+    assert not (tmp_path / "s").exists()  # refused before anything is made

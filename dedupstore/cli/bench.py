@@ -24,7 +24,7 @@ from dedupstore.loadgen import (
     run_load,
 )
 from dedupstore.planning import format_number
-from dedupstore.store import DEFAULT_APPLY_INTERVAL
+from dedupstore.store import DEFAULT_APPLY_INTERVAL, DEFAULT_THREAD_NICE
 from dedupstore.units import format_duration, parse_count, parse_duration
 
 #: Where the ramps of --find-max start; each step offers 1.5x the last.
@@ -60,6 +60,11 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
              f"{format_duration(DEFAULT_APPLY_INTERVAL)}; 0 turns write-behind off)",
     )
     parser.add_argument("--partitions", type=int, default=None, help="partitions of a new store (default 4)")
+    parser.add_argument(
+        "--thread-nice", type=int, default=DEFAULT_THREAD_NICE, metavar="N",
+        help=f"nice steps below the consumer at which the store's own threads run (default {DEFAULT_THREAD_NICE}; "
+        f"0: the same priority; Linux)",
+    )
     parser.add_argument(
         "--mode", default="poll", choices=MODES,
         help="poll: claim_many of all that is due (default); batch: producer batches of --batch events; "
@@ -104,6 +109,7 @@ def _config(args: argparse.Namespace) -> LoadConfig:
         flush_interval=parse_duration(args.flush_interval, what="--flush-interval"),
         apply_interval=parse_duration(args.apply_interval, what="--apply-interval", allow_zero=True),
         partitions=args.partitions,
+        thread_nice=args.thread_nice,
         mode=args.mode,
         batch=args.batch,
         time_scale=parse_count(args.time_scale, what="--time-scale"),
