@@ -117,8 +117,8 @@ DEFAULT_APPLY_INTERVAL = 0.05
 MIN_APPLY_INTERVAL_S = 0.0005
 MAX_APPLY_INTERVAL_S = 1.0
 #: How many nice steps below the thread that opened the store its own
-#: threads run (the flusher, maintenance, parallel checkpoints; Linux, where
-#: nice is per thread). A caller's thread that wakes while one of them has
+#: threads run (the flusher and the maintenance thread; Linux, where nice is
+#: per thread). A caller's thread that wakes while one of them has
 #: the CPU then gets it at once, instead of waiting out that thread's time
 #: slice: the largest part of the flush-mode p99 at the reference load
 #: (docs/benchmarks.md, "The store's threads give way").
@@ -1028,10 +1028,9 @@ class DedupStore(_native.StoreCore):
         if self._pool is None:
             with self._ns_lock:
                 if self._pool is None:
-                    self._pool = ThreadPoolExecutor(
-                        self._nparts, thread_name_prefix="dedupstore-commit", initializer=_lower_priority,
-                        initargs=(self._nice,),
-                    )
+                    # Only flush() uses it: its threads, spawned by the first
+                    # caller's, keep that thread's priority.
+                    self._pool = ThreadPoolExecutor(self._nparts, thread_name_prefix="dedupstore-commit")
         return self._pool
 
     def _leased_op(self, namespace: str, key: bytes | str, token: object) -> tuple[_Namespace, bytes, int, _Partition]:
