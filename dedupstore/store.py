@@ -11,6 +11,7 @@ are committed together.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime as _dt
 import functools
 import logging
@@ -229,6 +230,29 @@ def _lower_priority(target: int | None) -> None:
             os.setpriority(os.PRIO_PROCESS, tid, target)
     except OSError as exc:
         log.debug("dedupstore: could not lower thread %d's priority to nice %d: %s", tid, target, exc)
+
+
+def _load_setname() -> Any:
+    """libc's pthread_setname_np (Linux's two-argument one), or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None).pthread_setname_np
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_ulong, ctypes.c_char_p)
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_setname = _load_setname()
+
+
+def _name_os_thread(name: str) -> None:
+    """Name the calling thread for the kernel (``ps -L``, ``top -H``,
+    ``perf``), where every Python thread is "python": at most 15 bytes."""
+    if _setname is not None:
+        _setname(threading.get_ident(), name.encode()[:15])  # get_ident() is pthread_self() here
 
 
 def _put_meta(txn: Any, *, key: bytes, value: bytes, db: Any) -> None:
@@ -519,7 +543,8 @@ class DedupStore(_native.StoreCore):
         ``thread_nice`` (0..19, default 10) is how many nice steps below the
         opening thread the store's own threads run on Linux, so that the
         callers' threads get a CPU first (0: the same priority; elsewhere
-        ignored).
+        ignored); ``ps -L`` and ``top -H`` show them as ``ds-flush`` and
+        ``ds-maintain``.
         """
         if durability not in DURABILITY:
             raise InvalidInputError(f"durability must be one of {sorted(DURABILITY)}; got {durability!r}")
@@ -767,6 +792,7 @@ class DedupStore(_native.StoreCore):
         # if it is due (Window.tick).
         STORE_THREAD.own = True
         _lower_priority(self._nice)
+        _name_os_thread("ds-flush")
         windows = [p.window for p in self._parts if p.window is not None]
         synced = self._journal is not None
         check_s = min(apply_s, CHECK_S)
@@ -1251,6 +1277,7 @@ class DedupStore(_native.StoreCore):
         # second, a few filters a time.
         STORE_THREAD.own = True  # its evictions' and filters' commits beside a window have the calls make the puts
         _lower_priority(self._nice)
+        _name_os_thread("ds-maintain")
         tokens = 0.0
         inserts_per_s = 0.0
         last = next_filters = time.monotonic()

@@ -243,6 +243,10 @@ def _nice(tid: int) -> int:
     return os.getpriority(os.PRIO_PROCESS, tid)
 
 
+def _comm(tid: int) -> str:
+    return Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="nice is per thread on Linux only")
 @pytest.mark.parametrize("steps", [0, 7, 19])
 def test_store_threads_run_below_the_thread_that_opened_it(tmp_path: Path, steps: int) -> None:
@@ -250,6 +254,7 @@ def test_store_threads_run_below_the_thread_that_opened_it(tmp_path: Path, steps
     # thread_nice (at most 19); the opener's own is left alone, and so are
     # the threads that run its flush()'s checkpoints side by side.
     seen: dict[str, int] = {}
+    comms: dict[str, str] = {}
     errors: list[BaseException] = []
 
     def opener() -> None:
@@ -273,6 +278,7 @@ def test_store_threads_run_below_the_thread_that_opened_it(tmp_path: Path, steps
                         break
                     time.sleep(0.01)
                 seen.update({name: _nice(t.native_id) for name, t in threads.items() if t.native_id})
+                comms.update({name: _comm(t.native_id) for name, t in threads.items() if t.native_id})
                 seen["opener"] = _nice(tid)
         except BaseException as exc:  # noqa: BLE001 - reported by the test's thread
             errors.append(exc)
@@ -284,6 +290,8 @@ def test_store_threads_run_below_the_thread_that_opened_it(tmp_path: Path, steps
     assert seen.pop("opener") == 2
     assert seen.pop("dedupstore-flush") == seen.pop("dedupstore-maintain") == min(19, 2 + steps)
     assert "dedupstore-commit_0" in seen and set(seen.values()) == {2}, seen  # flush()'s, at its caller's
+    # Named for ps -L, top -H and perf, where a Python thread is "python".
+    assert comms["dedupstore-flush"] == "ds-flush" and comms["dedupstore-maintain"] == "ds-maintain", comms
 
 
 @pytest.mark.parametrize("bad", [-1, 20, 1.5, True, "10"])
