@@ -76,6 +76,9 @@ def test_bench_table_and_bad_input(capsys: pytest.CaptureFixture[str], tmp_path:
     for bad in ("-1s", "11m", "soon"):
         code, _, err = run(capsys, "bench", "--floor", bad)
         assert code == 2 and "--floor" in err
+    for nice in ("-1", "20"):
+        code, _, err = run(capsys, "bench", "--thread-nice", nice)
+        assert code == 2 and "--thread-nice must be 0..19" in err
 
 
 def test_bench_floor_zero_skips_it(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

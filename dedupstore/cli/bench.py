@@ -24,7 +24,7 @@ from dedupstore.loadgen import (
     run_load,
 )
 from dedupstore.planning import format_number
-from dedupstore.store import DEFAULT_APPLY_INTERVAL, DEFAULT_THREAD_NICE
+from dedupstore.store import DEFAULT_APPLY_INTERVAL, DEFAULT_THREAD_NICE, MAX_NICE
 from dedupstore.units import format_duration, parse_count, parse_duration
 
 #: Where the ramps of --find-max start; each step offers 1.5x the last.
@@ -101,6 +101,8 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def _config(args: argparse.Namespace) -> LoadConfig:
     if args.partitions is not None and not 1 <= args.partitions <= 64:
         raise UsageError(f"--partitions must be 1..64; got {args.partitions}")
+    if not 0 <= args.thread_nice <= MAX_NICE:
+        raise UsageError(f"--thread-nice must be 0..{MAX_NICE} (nice steps below the consumer); got {args.thread_nice}")
     config = LoadConfig(
         rate=parse_count(args.rate, what="--rate"),
         duration=parse_duration(args.duration, what="--duration"),
