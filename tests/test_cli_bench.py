@@ -127,6 +127,11 @@ def test_find_max_json_shape(capsys: pytest.CaptureFixture[str], monkeypatch: py
         # Two steps each: a ramp whose steps all passed found only a lower bound, and says so.
         tried = row.split("(tried ")[1].split(";")[0]
         assert row.startswith("at least ") == ("!" not in tried and not row.startswith("none"))
+    # A limit no step can meet: the row says what the slowest step saw.
+    code, out, _ = run(capsys, "bench", "--find-max", "--step", "300ms", "--durability", "flush", "--p99-limit", "1us")
+    assert code == 0
+    for label, row in rows(out).items():
+        assert row.startswith("none sustained; at ") and " p50 " in row and " achieved  (tried " in row, (label, row)
 
 
 def test_find_max_refuses_path_and_histogram(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

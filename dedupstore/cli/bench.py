@@ -264,6 +264,11 @@ def _find_max(args: argparse.Namespace, config: LoadConfig) -> int:
         best = res["max_rate"]
         tried = ", ".join(f"{s['rate']:,.0f}{'' if s['ok'] else '!'}" for s in res["steps"])
         found = "none sustained" if not best else f"at least {fmt_rate(best)}" if res["capped"] else fmt_rate(best)
+        if not best and res["steps"]:
+            # Why: at the slowest rate tried, the calls alone may take the limit.
+            low = min(res["steps"], key=lambda s: s["rate"])
+            found += (f"; at {low['rate']:,.0f}/s p50 {low['p50_us']:,.0f} us, p99 {low['p99_us']:,.0f} us, "
+                      f"{low['achieved_rate']:,.0f}/s achieved")
         rows.append((label, found + f"  (tried {tried}; ! = p99 over {limit_us:,.0f} us or under 95% achieved)"))
     emit_table(rows)
     return EXIT_OK
