@@ -47,8 +47,8 @@ from .store import (
     DEFAULT_EVICTION_RATE,
     DEFAULT_THREAD_NICE,
     FILTERS_PER_REFRESH,
-    MAX_NICE,
     DedupStore,
+    check_thread_nice,
 )
 from .verdicts import Status
 
@@ -115,10 +115,7 @@ class LoadConfig:
             raise InvalidInputError(f"drain must be in [0, 86,400] s; got {self.drain!r}")
         if not 1 <= self.batch <= 100_000 or not 1 <= self.max_batch <= 100_000:
             raise InvalidInputError(f"batch sizes must be 1..100,000; got {self.batch} and {self.max_batch}")
-        if isinstance(self.thread_nice, bool) or not isinstance(self.thread_nice, int) or not (
-            0 <= self.thread_nice <= MAX_NICE
-        ):
-            raise InvalidInputError(f"thread_nice must be an int in 0..{MAX_NICE}; got {self.thread_nice!r}")
+        check_thread_nice(self.thread_nice)  # before the stream is made, not at the store's open
         if not 1 <= self.time_scale <= 1_000_000:
             raise InvalidInputError(f"time_scale must be 1..1,000,000; got {self.time_scale!r}")
         if self.rate * self.duration > 50_000_000:

@@ -206,6 +206,14 @@ def _time_us(value: object, what: str) -> int:
 _token = _native.check_token
 
 
+def check_thread_nice(steps: object) -> None:
+    """Refuse a ``thread_nice`` outside 0..MAX_NICE, naming the range."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= MAX_NICE:
+        raise InvalidInputError(
+            f"thread_nice must be an int in 0..{MAX_NICE} (nice steps below the opening thread); got {steps!r}"
+        )
+
+
 def _nice_target(steps: int) -> int | None:
     """The nice value the store's own threads take: the calling (opening)
     thread's plus ``steps``, at most MAX_NICE. None (left alone) for 0 steps,
@@ -565,11 +573,7 @@ class DedupStore(_native.StoreCore):
                 f"eviction_batch must be an int in 1..{MAX_EVICTION_BATCH} entries per transaction; "
                 f"got {eviction_batch!r}"
             )
-        if isinstance(thread_nice, bool) or not isinstance(thread_nice, int) or not 0 <= thread_nice <= MAX_NICE:
-            raise InvalidInputError(
-                f"thread_nice must be an int in 0..{MAX_NICE} (nice steps below the opening thread); "
-                f"got {thread_nice!r}"
-            )
+        check_thread_nice(thread_nice)
         interval = parse_duration(
             flush_interval, what="flush_interval", minimum=MIN_FLUSH_INTERVAL_S, maximum=MAX_FLUSH_INTERVAL_S
         )
