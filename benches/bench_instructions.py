@@ -31,6 +31,8 @@ often per call than at full speed.
     round(1)          claim_many(1) then complete_many(1): dedupstore bench's
                       consumer round at its mean batch of 1 to 2 events
     round(100)/key    the same with 100 keys, per key: the batch target's path
+    count by verdict  BatchResult.counts() of a batch of 100, per key: a
+                      dict lookup keyed by each verdict (Status's hash)
 
 It needs valgrind (Debian's package); without it, it says so and exits 0.
 
@@ -98,6 +100,12 @@ elif what == "single":
     for k in keys:
         r = s.claim("ns", k, intent, event_time=t)
         s.complete("ns", r.key, r.token, b"ok")
+elif what == "counts":
+    # BatchResult.counts() of one batch of 100, n times: a dict lookup per
+    # key by its verdict, as a consumer counting verdicts makes.
+    b = s.claim_many("ns", [f"c{j}" for j in range(100)], [intent] * 100, event_times=[t] * 100)
+    for _ in range(n):
+        b.counts()
 elif what == "claim_many1":
     for k in keys:
         s.claim_many("ns", [k], ints, event_times=ets)
@@ -116,6 +124,7 @@ SCENARIOS = {
     "claim_many(1)": ("claim_many1", 1),
     "round(1)": ("round1", 1),
     "round(100)/key": ("round100", 100),
+    "count by verdict": ("counts", 100),
 }
 
 

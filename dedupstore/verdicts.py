@@ -20,6 +20,12 @@ class Status(enum.Enum):
     UNKNOWN = "UNKNOWN"
     BEYOND_HORIZON = "BEYOND_HORIZON"
 
+    # Each member is a singleton and Enum's equality is identity, so the
+    # identity hash agrees with it; Enum's own hashes the name in Python, a
+    # function call per dict or set lookup (a consumer's counts by verdict,
+    # holds_lease). benches/bench_instructions.py's "count by verdict".
+    __hash__ = object.__hash__
+
     @property
     def holds_lease(self) -> bool:
         """True for the verdicts that hand the caller a token."""

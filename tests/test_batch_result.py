@@ -124,3 +124,17 @@ def test_records_made_natively_equal_the_dataclass_constructor(tmp_path) -> None
         assert pickle.loads(pickle.dumps(rec)) == rec
         with pytest.raises(dataclasses.FrozenInstanceError):
             rec.token = 1  # type: ignore[misc]
+
+
+def test_statuses_key_dicts_and_sets_across_pickling() -> None:
+    # Status hashes by identity (verdicts.py): a member unpickled or copied
+    # is the same object, so it finds the entries the original made.
+    import copy
+    import pickle
+
+    counts = dict.fromkeys(Status, 0)
+    for st in (pickle.loads(pickle.dumps(Status.NEW)), copy.deepcopy(Status.NEW), Status("NEW"), Status["NEW"]):
+        counts[st] += 1
+    assert counts[Status.NEW] == 4 and sum(counts.values()) == 4
+    assert {s for s in Status if s.holds_lease} == {Status.NEW, Status.UNKNOWN, Status.BEYOND_HORIZON}
+    assert len({hash(s) for s in Status}) == len(Status)

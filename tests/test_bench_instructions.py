@@ -31,3 +31,12 @@ def test_more_calls_count_more_instructions(bench: ModuleType, scenario: str, tm
     # millions, well above how much two runs' start-ups differ; 5,000 a key
     # is a floor no working bench falls under.
     assert some - none > calls * per * 5_000, (none, some)
+
+
+def test_counting_by_verdict_counts_more_lookups(bench: ModuleType, tmp_path: Path) -> None:
+    what, per = bench.SCENARIOS["count by verdict"]
+    calls = 20
+    none, some = bench.count(what, 0, str(tmp_path), calls), bench.count(what, calls, str(tmp_path))
+    # 2,000 lookups of about 800 instructions each (2,600 with Enum's own
+    # hash): 200 a lookup is a floor no working bench falls under.
+    assert some - none > calls * per * 200, (none, some)
