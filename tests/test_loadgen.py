@@ -218,3 +218,54 @@ def test_ramp_goes_down_when_the_start_fails(monkeypatch: pytest.MonkeyPatch) ->
     res = find_max_rate(LoadConfig(mode="single"), start=1000, factor=2.0, step_seconds=1.0)
     assert res.max_rate is None and calls[-1] >= loadgen.MIN_STEP_EVENTS  # stops before steps too small to judge
     assert res.to_dict()["max_rate"] is None and not res.capped
+
+
+class _SlowCounts(dict):  # type: ignore[type-arg]
+    """The consumer's own work made slow: each verdict it counts takes 2 ms."""
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        time.sleep(0.002)
+        super().__setitem__(key, value)
+
+
+class _TimedStore:
+    """A store whose every call takes 1 ms of wall time."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def _call(self) -> None:
+        self.calls += 1
+        time.sleep(0.001)
+
+    def claim_many(self, namespace: str, keys: list[Any], intents: list[Any], *, event_times: Any) -> Any:
+        from dedupstore import Status
+
+        self._call()
+        n = len(keys)
+        return type("B", (), {"statuses": [Status.NEW] * n, "tokens": list(range(1, n + 1))})()
+
+    def complete_many(self, namespace: str, items: list[Any]) -> list[None]:
+        self._call()
+        return [None] * len(items)
+
+    def release_many(self, namespace: str, items: list[Any]) -> list[None]:
+        self._call()
+        return [None] * len(items)
+
+
+def test_the_consumer_charges_the_store_only_for_its_calls() -> None:
+    # Five rounds of four events: two store calls of 1 ms each a round, and
+    # 8 ms of the consumer's own counting, which is the load generator's.
+    from dedupstore import Status
+
+    stream = loadgen.Stream([f"k{i}" for i in range(20)], [None] * 20, [None] * 20, [i % 4 == 0 for i in range(20)])
+    store = _TimedStore()
+    consumer = loadgen._Consumer(store, stream, 0.0, _SlowCounts(dict.fromkeys(Status, 0)))  # type: ignore[arg-type]
+    for start in range(0, 20, 4):
+        consumer.batch(start, start + 4)
+    assert store.calls == 15  # a claim, the completes and a release a round
+    assert consumer.counts[Status.NEW] == 20
+    # 15 ms of calls; the 40 ms of counting between them is not charged.
+    assert 0.015 <= consumer.busy_seconds < 0.05, consumer.busy_seconds
+    assert consumer.busy_cpu_seconds < consumer.busy_seconds
