@@ -6,8 +6,11 @@ It runs ``dedupstore.loadgen.run_load`` (the reference stream, poll mode, the
 accelerated clock, eviction and filters running, as ``dedupstore bench``
 does) with the store's steps that can hold a consumer up wrapped in timers:
 
-    apply (call)         an apply run by a call (Window.apply_if_due)
+    apply (call)         an apply run by a call (Window.apply_if_due;
+                         before 558c588)
     apply (background)   one run by the flusher or the maintenance thread
+    slice (call)         a call's slice of the puts of the flusher's apply
+                         (Window._help)
     apply, blocking      Window._apply: segment rotation, closing (calls wait)
     maintenance          a transaction beside the window (Window.beside:
                          an eviction step, a filter's write)
@@ -94,7 +97,7 @@ def _op_names(batch: list[Any]) -> str:
 
 
 def instrument(spans: Spans) -> list[Callable[[], None]]:
-    def behind(op: Any = None) -> str:
+    def behind(op: Any = None, helped: bool = False) -> str:
         if op is None:
             return f"apply ({_caller()})"
         return f"maintenance ({getattr(getattr(op, 'func', op), '__name__', 'op')})"
@@ -105,6 +108,8 @@ def instrument(spans: Spans) -> list[Callable[[], None]]:
     return [
         spans.wrap(window.Window, behind_name, behind),
         spans.wrap(window.Window, "_apply", lambda closing=False: "apply, blocking" + (" (close)" if closing else "")),
+        # A call's slice of the puts of an apply under way (558c588 on).
+        spans.wrap(window.Window, "_help", lambda claim: "slice (call)"),
         spans.wrap(commit.GroupCommitter, "_attempt", lambda batch: f"commit ({_op_names(batch)})"),
         spans.wrap(store.DedupStore, "evict", lambda *a, **k: "evict"),
         # The refresh: the background thread calls the private one (the
