@@ -30,7 +30,7 @@ import random
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ from .store import (
     DEFAULT_THREAD_NICE,
     FILTERS_PER_REFRESH,
     DedupStore,
+    check_thread_cpus,
     check_thread_nice,
 )
 from .verdicts import Status
@@ -79,6 +80,12 @@ class LoadConfig:
     #: Nice steps below the consumer at which the store's own threads run
     #: (DedupStore.open's ``thread_nice``).
     thread_nice: int = DEFAULT_THREAD_NICE
+    #: CPUs the store's own threads are kept on (DedupStore.open's
+    #: ``thread_cpus``; None: wherever the process may run).
+    thread_cpus: tuple[int, ...] | None = None
+    #: CPUs the consumer (the thread that runs the schedule) is kept on for
+    #: the run and its floor (None: wherever the process may run).
+    consumer_cpus: tuple[int, ...] | None = None
     mode: str = "poll"
     #: Events per producer batch in ``batch`` mode.
     batch: int = 100
@@ -116,6 +123,8 @@ class LoadConfig:
         if not 1 <= self.batch <= 100_000 or not 1 <= self.max_batch <= 100_000:
             raise InvalidInputError(f"batch sizes must be 1..100,000; got {self.batch} and {self.max_batch}")
         check_thread_nice(self.thread_nice)  # before the stream is made, not at the store's open
+        check_thread_cpus(self.thread_cpus)
+        check_thread_cpus(self.consumer_cpus, "consumer_cpus")
         if not 1 <= self.time_scale <= 1_000_000:
             raise InvalidInputError(f"time_scale must be 1..1,000,000; got {self.time_scale!r}")
         if self.rate * self.duration > 50_000_000:
@@ -294,6 +303,8 @@ class LoadReport:
             "flush_interval_seconds": c.flush_interval,
             "apply_interval_seconds": c.apply_interval,
             "thread_nice": c.thread_nice,
+            "thread_cpus": None if c.thread_cpus is None else sorted(c.thread_cpus),
+            "consumer_cpus": None if c.consumer_cpus is None else sorted(c.consumer_cpus),
             "mode": c.mode,
             "batch": c.batch if c.mode == "batch" else (c.max_batch if c.mode == "poll" else 1),
             "path": self.path,
@@ -468,7 +479,7 @@ class PrefilterRefresher:
         self._thread = threading.Thread(target=self._run, name="dedupstore-bench-prefilter", daemon=True)
 
     def _run(self) -> None:
-        self._store._lower_thread_priority()  # as the store's thread would run
+        self._store._as_own_thread()  # as the store's thread would run
         while not self._stop.wait(1.0):
             self._store.refresh_prefilter(limit=FILTERS_PER_REFRESH)
 
@@ -513,6 +524,7 @@ def _run(
         clock=clock,
         eviction_rate=DEFAULT_EVICTION_RATE if config.eviction else 0,
         thread_nice=config.thread_nice,
+        thread_cpus=config.thread_cpus,
     ) as store:
         lease = min(LEASE_WALL_S * config.time_scale, 7 * 86_400.0)
         store.ensure_namespace(NAMESPACE, horizon=config.horizon, lease=lease)
@@ -657,7 +669,8 @@ def machine_floor(config: LoadConfig, seconds: float = FLOOR_SECONDS) -> dict[st
     step, take = _shape(config)
     latencies: list[float] = []
     cpu0 = time.process_time()
-    t0, _, _ = _paced(int(config.rate * seconds), 1.0 / config.rate, step, take, seconds + 1.0, _now, latencies)
+    with pinned(config.consumer_cpus):
+        t0, _, _ = _paced(int(config.rate * seconds), 1.0 / config.rate, step, take, seconds + 1.0, _now, latencies)
     wall = time.perf_counter() - t0
     cpu = time.process_time() - cpu0
     latencies.sort()
@@ -667,6 +680,21 @@ def machine_floor(config: LoadConfig, seconds: float = FLOOR_SECONDS) -> dict[st
         "cpu_share": round(cpu / wall, 4) if wall > 0 else 0.0,
         **_quantiles(latencies),
     }
+
+
+@contextlib.contextmanager
+def pinned(cpus: Iterable[int] | None) -> Iterator[None]:
+    """The calling thread kept on ``cpus`` meanwhile (None: left alone),
+    then given back the CPUs it had."""
+    if cpus is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, set(cpus))
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def _now(start: int, end: int) -> float:
@@ -715,9 +743,10 @@ def _drive(
 
     limit = config.duration + (max(5.0, config.duration / 2) if config.drain is None else config.drain)
     clock.start()
-    t0, sent, report.batches = _paced(
-        total, interval, step, take, limit, serve, report.latencies_us, tick, report.call_us, report.late_us
-    )
+    with pinned(config.consumer_cpus):
+        t0, sent, report.batches = _paced(
+            total, interval, step, take, limit, serve, report.latencies_us, tick, report.call_us, report.late_us
+        )
     stop = time.perf_counter()
     report.wall_seconds = stop - t0
     # The parts first, the whole last: the process's CPU is read over a span

@@ -214,6 +214,44 @@ def check_thread_nice(steps: object) -> None:
         )
 
 
+def check_thread_cpus(cpus: object, what: str = "thread_cpus") -> frozenset[int] | None:
+    """``cpus`` (a setting named ``what``) as a set of CPU numbers (None:
+    not given), refusing anything but a non-empty collection of CPUs this
+    process may run on, and any value where threads cannot be pinned (off
+    Linux)."""
+    if cpus is None:
+        return None
+    if not hasattr(os, "sched_setaffinity"):
+        raise InvalidInputError(f"{what} needs os.sched_setaffinity (Linux); leave it None on this platform")
+    if isinstance(cpus, (str, bytes)) or not isinstance(cpus, Iterable):
+        raise InvalidInputError(f"{what} must be a collection of CPU numbers, such as {{1}}; got {cpus!r}")
+    chosen = set()
+    for cpu in cpus:
+        if isinstance(cpu, bool) or not isinstance(cpu, int) or cpu < 0:
+            raise InvalidInputError(f"{what} must hold CPU numbers (ints of 0 or more); got {cpu!r}")
+        chosen.add(cpu)
+    if not chosen:
+        raise InvalidInputError(f"{what} must name at least one CPU")
+    allowed = os.sched_getaffinity(0)
+    if not chosen <= allowed:
+        raise InvalidInputError(
+            f"{what} {sorted(chosen - allowed)} are not among the CPUs this process may run on "
+            f"({', '.join(map(str, sorted(allowed)))})"
+        )
+    return frozenset(chosen)
+
+
+def _pin(cpus: frozenset[int] | None) -> None:
+    """Keep the calling thread on ``cpus`` (None: leave it where it may
+    run). A refusal (a sandbox, a CPU gone offline) only costs latency."""
+    if cpus is None:
+        return
+    try:
+        os.sched_setaffinity(0, cpus)
+    except OSError as exc:
+        log.debug("dedupstore: could not keep thread %d on CPUs %s: %s", threading.get_native_id(), sorted(cpus), exc)
+
+
 def _nice_target(steps: int) -> int | None:
     """The nice value the store's own threads take: the calling (opening)
     thread's plus ``steps``, at most MAX_NICE. None (left alone) for 0 steps,
@@ -524,6 +562,7 @@ class DedupStore(_native.StoreCore):
         flush_interval: float | str = DEFAULT_FLUSH_INTERVAL,
         apply_interval: float | str = DEFAULT_APPLY_INTERVAL,
         thread_nice: int = DEFAULT_THREAD_NICE,
+        thread_cpus: Iterable[int] | None = None,
     ) -> DedupStore:
         """Open (or create) the store at ``path``.
 
@@ -552,7 +591,10 @@ class DedupStore(_native.StoreCore):
         opening thread the store's own threads run on Linux, so that the
         callers' threads get a CPU first (0: the same priority; elsewhere
         ignored); ``ps -L`` and ``top -H`` show them as ``ds-flush`` and
-        ``ds-maintain``.
+        ``ds-maintain``; ``thread_cpus`` (Linux; default None: wherever the
+        opening thread may run) are the CPUs they are kept on, for a
+        deployment that keeps them off its consumers' CPUs (a few CPU
+        numbers this process may run on, such as ``{1}``).
         """
         if durability not in DURABILITY:
             raise InvalidInputError(f"durability must be one of {sorted(DURABILITY)}; got {durability!r}")
@@ -574,6 +616,7 @@ class DedupStore(_native.StoreCore):
                 f"got {eviction_batch!r}"
             )
         check_thread_nice(thread_nice)
+        cpus = check_thread_cpus(thread_cpus)
         interval = parse_duration(
             flush_interval, what="flush_interval", minimum=MIN_FLUSH_INTERVAL_S, maximum=MAX_FLUSH_INTERVAL_S
         )
@@ -601,6 +644,7 @@ class DedupStore(_native.StoreCore):
         try:
             self._init(root, ident, partitions, durability, bloom, clock, map_size, apply_s)
             self._nice = _nice_target(thread_nice)
+            self._cpus = cpus
             self._start_evictor(float(eviction_rate), eviction_batch)
             self._start_flusher(interval, apply_s)
         except BaseException:
@@ -673,6 +717,8 @@ class DedupStore(_native.StoreCore):
         self._pool: ThreadPoolExecutor | None = None
         #: The nice value the store's own threads take (_lower_priority).
         self._nice: int | None = None
+        #: The CPUs they are kept on (_pin; None: anywhere).
+        self._cpus: frozenset[int] | None = None
         self._evict_batch = DEFAULT_EVICTION_BATCH
         self._evictor: threading.Thread | None = None
         self._flusher: threading.Thread | None = None
@@ -795,7 +841,7 @@ class DedupStore(_native.StoreCore):
         # window is given up if another process wants to write, else applied
         # if it is due (Window.tick).
         STORE_THREAD.own = True
-        _lower_priority(self._nice)
+        self._as_own_thread()
         _name_os_thread("ds-flush")
         windows = [p.window for p in self._parts if p.window is not None]
         synced = self._journal is not None
@@ -838,10 +884,12 @@ class DedupStore(_native.StoreCore):
                     return
                 log.exception("dedupstore: background checkpoint failed; retrying in %.3g s", interval)
 
-    def _lower_thread_priority(self) -> None:
-        """The calling thread, which does the work of one of the store's own
-        (the load generator's filter refresher), takes their priority."""
+    def _as_own_thread(self) -> None:
+        """The calling thread, one of the store's own or doing the work of
+        one (the load generator's filter refresher), takes their priority
+        (``thread_nice``) and CPUs (``thread_cpus``)."""
         _lower_priority(self._nice)
+        _pin(self._cpus)
 
     def now(self) -> float:
         """The store clock, in seconds since the epoch."""
@@ -1280,7 +1328,7 @@ class DedupStore(_native.StoreCore):
         # up into a deletion storm. The prefilter is refreshed about once a
         # second, a few filters a time.
         STORE_THREAD.own = True  # its evictions' and filters' commits beside a window have the calls make the puts
-        _lower_priority(self._nice)
+        self._as_own_thread()
         _name_os_thread("ds-maintain")
         tokens = 0.0
         inserts_per_s = 0.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -79,6 +80,11 @@ def test_bench_table_and_bad_input(capsys: pytest.CaptureFixture[str], tmp_path:
     for nice in ("-1", "20"):
         code, _, err = run(capsys, "bench", "--thread-nice", nice)
         assert code == 2 and "--thread-nice must be 0..19" in err
+    for flag in ("--thread-cpus", "--consumer-cpus"):
+        for cpus, message in (("x", "must be a CPU list such as"), ("3-1", "must be a CPU list such as"),
+                              ("100000", "are not among the CPUs this process may run on")):
+            code, _, err = run(capsys, "bench", flag, cpus)
+            assert code == 2 and f"{flag} " in err and message in err, err
 
 
 def test_bench_floor_zero_skips_it(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -155,3 +161,20 @@ def test_histogram_without_matplotlib_fails_first(
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import raises ImportError
     code, out, err = run(capsys, "bench", "--duration", "10m", "--histogram", str(tmp_path / "x.png"))
     assert code == 2 and out == "" and "matplotlib" in err and "dedupstore[plot]" in err
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")
+def test_bench_keeps_its_threads_on_the_cpus_given(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    allowed = os.sched_getaffinity(0)
+    cpu = min(allowed)
+    code = main(["bench", "--rate", "2000", "--duration", "1s", "--durability", "flush", "--path",
+                 str(tmp_path / "s"), "--floor", "300ms", "--thread-cpus", str(max(allowed)),
+                 "--consumer-cpus", str(cpu)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert f"pinned      store's threads on CPU {max(allowed)}, consumer on CPU {cpu}" in out, out
+    assert os.sched_getaffinity(0) == allowed  # the consumer's CPUs are given back after the run
+    code = main(["bench", "--rate", "2000", "--duration", "1s", "--floor", "0", "--path", str(tmp_path / "t"),
+                 "--thread-cpus", f"{cpu}-{max(allowed)}", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["thread_cpus"] == sorted(range(cpu, max(allowed) + 1)) and doc["consumer_cpus"] is None

@@ -5,6 +5,7 @@ store (performance is measured by the benches, never asserted)."""
 from __future__ import annotations
 
 import gc
+import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -166,6 +167,7 @@ def test_bad_config_is_refused() -> None:
     for bad in (
         LoadConfig(mode="burst"), LoadConfig(rate=0), LoadConfig(batch=0), LoadConfig(time_scale=0.5),
         LoadConfig(rate=1e6, duration=100), LoadConfig(drain=-1), LoadConfig(thread_nice=20),
+        LoadConfig(thread_cpus=()), LoadConfig(consumer_cpus=(100_000,)),
     ):
         with pytest.raises(InvalidInputError):
             run_load(bad)
@@ -269,3 +271,13 @@ def test_the_consumer_charges_the_store_only_for_its_calls() -> None:
     # 15 ms of calls; the 40 ms of counting between them is not charged.
     assert 0.015 <= consumer.busy_seconds < 0.05, consumer.busy_seconds
     assert consumer.busy_cpu_seconds < consumer.busy_seconds
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")
+def test_pinned_keeps_the_thread_on_its_cpus_and_gives_the_rest_back() -> None:
+    allowed = os.sched_getaffinity(0)
+    with loadgen.pinned([max(allowed)]):
+        assert os.sched_getaffinity(0) == {max(allowed)}
+    assert os.sched_getaffinity(0) == allowed
+    with loadgen.pinned(None):
+        assert os.sched_getaffinity(0) == allowed

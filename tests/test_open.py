@@ -301,3 +301,46 @@ def test_thread_nice_out_of_range_is_refused_naming_the_range(tmp_path: Path, ba
     with pytest.raises(InvalidInputError, match=r"thread_nice must be an int in 0\.\.19"):
         DedupStore.open(tmp_path / "s", thread_nice=bad)  # type: ignore[arg-type]
     assert not (tmp_path / "s").exists()  # refused before anything is made
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")
+def test_store_threads_stay_on_thread_cpus(tmp_path: Path) -> None:
+    # The store's two threads keep to thread_cpus (the last CPU this process
+    # may use); the opener keeps every CPU it had, and so does the pool that
+    # runs flush()'s checkpoints.
+    allowed = os.sched_getaffinity(0)
+    cpu = max(allowed)
+    with DedupStore.open(tmp_path / "s", durability="flush", thread_cpus=[cpu]) as s:
+        s.ensure_namespace("ns")
+        s.claim("ns", "k")
+        s.flush()
+        deadline = time.monotonic() + 10
+        while True:
+            threads = {t.name.split(":")[0]: t for t in threading.enumerate() if t.name.startswith("dedupstore-")}
+            mine = [threads.get("dedupstore-flush"), threads.get("dedupstore-maintain")]
+            pinned = [t is not None and t.native_id and os.sched_getaffinity(t.native_id) == {cpu} for t in mine]
+            if all(pinned) or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        assert all(pinned), {name: os.sched_getaffinity(t.native_id) for name, t in threads.items() if t.native_id}
+        pool = [t for name, t in threads.items() if name.startswith("dedupstore-commit")]
+        assert pool and all(os.sched_getaffinity(t.native_id) == allowed for t in pool if t.native_id)
+        assert os.sched_getaffinity(0) == allowed
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ([], "must name at least one CPU"),
+        ([100_000], r"thread_cpus \[100000\] are not among the CPUs this process may run on"),
+        ([-1], "must hold CPU numbers"),
+        ([True], "must hold CPU numbers"),
+        ("1", "must be a collection of CPU numbers"),
+        (1, "must be a collection of CPU numbers"),
+    ],
+)
+def test_bad_thread_cpus_are_refused_naming_the_limit(tmp_path: Path, bad: object, message: str) -> None:
+    with pytest.raises(InvalidInputError, match=message):
+        DedupStore.open(tmp_path / "s", thread_cpus=bad)  # type: ignore[arg-type]
+    assert not (tmp_path / "s").exists()  # refused before anything is made

@@ -10,6 +10,7 @@ from typing import Any
 from tqdm import tqdm
 
 from dedupstore.cli import EXIT_OK, UsageError, add_json_flag, emit_json, emit_table, fmt_rate
+from dedupstore.errors import InvalidInputError
 from dedupstore.layout import DURABILITY
 from dedupstore.loadgen import (
     DEFAULT_TIME_SCALE,
@@ -24,7 +25,7 @@ from dedupstore.loadgen import (
     run_load,
 )
 from dedupstore.planning import format_number
-from dedupstore.store import DEFAULT_APPLY_INTERVAL, DEFAULT_THREAD_NICE, MAX_NICE
+from dedupstore.store import DEFAULT_APPLY_INTERVAL, DEFAULT_THREAD_NICE, MAX_NICE, check_thread_cpus
 from dedupstore.units import format_duration, parse_count, parse_duration
 
 #: Where the ramps of --find-max start; each step offers 1.5x the last.
@@ -66,6 +67,15 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         f"0: the same priority; Linux)",
     )
     parser.add_argument(
+        "--thread-cpus", default=None, metavar="LIST",
+        help="CPUs the store's own threads are kept on, such as 1 or 2-3 (default: anywhere; Linux)",
+    )
+    parser.add_argument(
+        "--consumer-cpus", default=None, metavar="LIST",
+        help="CPUs the consumer (the thread that runs the schedule, and the floor's) is kept on, such as 0 "
+        "(default: anywhere; Linux)",
+    )
+    parser.add_argument(
         "--mode", default="poll", choices=MODES,
         help="poll: claim_many of all that is due (default); batch: producer batches of --batch events; "
         "single: one claim() per event",
@@ -98,6 +108,28 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser.set_defaults(run=run)
 
 
+def _cpus(text: str | None, flag: str) -> tuple[int, ...] | None:
+    """A CPU list as Linux writes one (``1``, ``0,2``, ``2-3``), checked
+    against the CPUs this process may run on."""
+    if text is None:
+        return None
+    cpus: set[int] = set()
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.strip().partition("-")
+            first, last = int(lo), int(hi or lo)
+            if first < 0 or last < first:
+                raise ValueError(part)
+            cpus.update(range(first, last + 1))
+    except ValueError:
+        raise UsageError(f"{flag} must be a CPU list such as 1, 0,2 or 2-3; got {text!r}") from None
+    try:
+        check_thread_cpus(cpus, flag)
+    except InvalidInputError as exc:
+        raise UsageError(str(exc)) from None
+    return tuple(sorted(cpus))
+
+
 def _config(args: argparse.Namespace) -> LoadConfig:
     if args.partitions is not None and not 1 <= args.partitions <= 64:
         raise UsageError(f"--partitions must be 1..64; got {args.partitions}")
@@ -112,6 +144,8 @@ def _config(args: argparse.Namespace) -> LoadConfig:
         apply_interval=parse_duration(args.apply_interval, what="--apply-interval", allow_zero=True),
         partitions=args.partitions,
         thread_nice=args.thread_nice,
+        thread_cpus=_cpus(args.thread_cpus, "--thread-cpus"),
+        consumer_cpus=_cpus(args.consumer_cpus, "--consumer-cpus"),
         mode=args.mode,
         batch=args.batch,
         time_scale=parse_count(args.time_scale, what="--time-scale"),
@@ -167,6 +201,11 @@ def _summary(config: LoadConfig, report: LoadReport, doc: dict[str, Any]) -> lis
                     f"({config.durability}, {shape[config.mode]})"),
         ("achieved", fmt_rate(doc["achieved_rate"])),
     ]
+    if config.thread_cpus is not None or config.consumer_cpus is not None:
+        def on(cpus: tuple[int, ...] | None) -> str:
+            return "any CPU" if cpus is None else "CPU " + ",".join(map(str, cpus))
+
+        rows.append(("pinned", f"store's threads on {on(config.thread_cpus)}, consumer on {on(config.consumer_cpus)}"))
     if doc["unclaimed"]:
         rows.append(("unclaimed", f"{format_number(doc['unclaimed'])} of {format_number(doc['events'])} events still "
                                   f"queued when the run stopped (their latency counts the time they had waited)"))
