@@ -467,6 +467,7 @@ class _Consumer:
         self.busy_seconds += now - began[0]
         return now
 
+
 class PrefilterRefresher:
     """Keeps the Bloom prefilter up to date for a store opened with eviction
     off: the store's background thread does both jobs, so without it no
