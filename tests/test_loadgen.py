@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from dedupstore import loadgen
+from dedupstore import Status, loadgen
 from dedupstore.errors import InvalidInputError
 from dedupstore.loadgen import (
     LATE_AGE_S,
@@ -241,8 +241,6 @@ class _TimedStore:
         time.sleep(0.001)
 
     def claim_many(self, namespace: str, keys: list[Any], intents: list[Any], *, event_times: Any) -> Any:
-        from dedupstore import Status
-
         self._call()
         n = len(keys)
         return type("B", (), {"statuses": [Status.NEW] * n, "tokens": list(range(1, n + 1))})()
@@ -257,10 +255,9 @@ class _TimedStore:
 
 
 def test_the_consumer_charges_the_store_only_for_its_calls() -> None:
-    # Five rounds of four events: two store calls of 1 ms each a round, and
-    # 8 ms of the consumer's own counting, which is the load generator's.
-    from dedupstore import Status
-
+    # Five rounds of four events: three store calls of 1 ms each a round (a
+    # claim, the completions, the release), and 8 ms of the consumer's own
+    # counting, which is the load generator's.
     stream = loadgen.Stream([f"k{i}" for i in range(20)], [None] * 20, [None] * 20, [i % 4 == 0 for i in range(20)])
     store = _TimedStore()
     consumer = loadgen._Consumer(store, stream, 0.0, _SlowCounts(dict.fromkeys(Status, 0)))  # type: ignore[arg-type]
