@@ -91,8 +91,24 @@ int ds_buf_put_json_string(ds_buf *b, const uint8_t *s, size_t len)
     if (rc != DS_BUF_OK)
         return rc;
     b->data[b->len++] = '"'; /* reserved above */
+    /* The common case first: bytes that need no escape, copied as they are
+     * scanned into the room reserved above (a key or a currency code is a
+     * few bytes, where a memcpy call per string costs more than the copy). */
+    size_t i = 0;
+    uint8_t *out = b->data + b->len;
+    for (; i < len; i++) {
+        uint8_t c = s[i];
+        if (c < 0x20 || c == '"' || c == '\\')
+            break;
+        out[i] = c;
+    }
+    b->len += i;
+    if (i == len) {
+        b->data[b->len++] = '"'; /* reserved above */
+        return DS_BUF_OK;
+    }
     size_t run = 0; /* bytes copied verbatim, flushed in one memcpy */
-    for (size_t i = 0; i < len; i++) {
+    for (; i < len; i++) {
         uint8_t c = s[i];
         char esc[6];
         size_t n = 0;
