@@ -16,6 +16,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.dict cimport PyDict_Keys, PyDict_Next, PyDict_Size
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.ref cimport PyObject, Py_DECREF, Py_INCREF, Py_XDECREF
+from cpython.set cimport PySet_Discard
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, qsort, realloc
 from libc.string cimport memcmp, memcpy, memset
@@ -167,11 +168,16 @@ cdef class Hasher:
             raise ValueError("route_leased() takes a 2-byte namespace prefix and at least one partition")
         memcpy(buf, PyBytes_AS_STRING(ns_prefix), 2)
         cdef bytes kb
+        cdef tuple item
+        cdef Py_ssize_t width = 2 if outs is None else 3
         for i in range(n):
-            kb, toks[i], out = _leased_item(items[i], i, max_outcome, namespace)
+            # _leased_item's checks, its fields put straight into the lists.
+            item = _leased_shape(items[i], i, width)
+            kb = key_bytes(item[0])
             kbs[i] = kb
+            toks[i] = check_token(item[1])
             if outs is not None:
-                outs[i] = out
+                outs[i] = checked_outcome(item[2], max_outcome, namespace)
             _group(groups, self._route(buf, kb, partitions), i)
         return kbs, toks, outs, groups
 
@@ -234,6 +240,13 @@ cdef tuple _leased_item(object raw, Py_ssize_t i, Py_ssize_t max_outcome, str na
     # ``max_outcome`` -1 release_many's (key, token), checked as
     # route_leased() documents: (key as bytes, token, outcome as bytes or None).
     cdef Py_ssize_t width = 2 if max_outcome < 0 else 3
+    cdef tuple item = _leased_shape(raw, i, width)
+    return (key_bytes(item[0]), check_token(item[1]),
+            None if width == 2 else checked_outcome(item[2], max_outcome, namespace))
+
+
+cdef tuple _leased_shape(object raw, Py_ssize_t i, Py_ssize_t width):
+    # Item i as a tuple of ``width`` fields, else InvalidInputError.
     cdef tuple item
     if type(raw) is tuple:
         item = <tuple>raw
@@ -243,8 +256,7 @@ cdef tuple _leased_item(object raw, Py_ssize_t i, Py_ssize_t max_outcome, str na
         raise InvalidInputError(f"each item must be {_ITEM_SHAPES[width]}; item {i} is a {type(raw).__name__}")
     if len(item) != width:
         raise InvalidInputError(f"each item must be {_ITEM_SHAPES[width]}; item {i} has {len(item)} fields")
-    return (key_bytes(item[0]), check_token(item[1]),
-            None if width == 2 else checked_outcome(item[2], max_outcome, namespace))
+    return item
 
 
 cdef dict _ITEM_SHAPES = {2: "(key, token)", 3: "(key, token, outcome)"}
@@ -1993,9 +2005,8 @@ cdef class Overlay:
         free(self._ub)
         free(self._ob)
 
-    cdef int _push_undo(self, int code, bytes key, object old, bint was) except -1:
-        # One write's undo: ``old`` is what the map held (_ABSENT: nothing),
-        # ``was`` whether the key was in the fresh set.
+    cdef int _undo_room(self) except -1:
+        # Room for one more undo op: after this, _push_undo cannot fail.
         cdef _undo_op *p
         cdef Py_ssize_t cap
         if self._un == self._ucap:
@@ -2004,6 +2015,13 @@ cdef class Overlay:
             if p == NULL:
                 raise MemoryError()
             self._ub, self._ucap = p, cap
+        return 0
+
+    cdef int _push_undo(self, int code, bytes key, object old, bint was) except -1:
+        # One write's undo: ``old`` is what the map held (_ABSENT: nothing),
+        # ``was`` whether the key was in the fresh set.
+        cdef _undo_op *p
+        self._undo_room()
         p = &self._ub[self._un]
         Py_INCREF(key)
         Py_INCREF(old)
@@ -2090,17 +2108,27 @@ cdef class Overlay:
         cdef set f = self._fresh_of(code)
         # Only a key of ``m`` can be in ``f``: a fresh key deleted again
         # leaves both.
-        cdef bint was = old is not _ABSENT and key in f
+        cdef bint was
         cdef uint8_t *head
         cdef Py_ssize_t klen = PyBytes_GET_SIZE(key)
         cdef Py_ssize_t vlen = 0 if value is None else PyBytes_GET_SIZE(value)
         if code == 3:
             self.meta_version += 1
-        self._push_undo(code, key, old, was)
-        if value is None and was:
-            del m[key]
-            f.discard(key)
+        if value is None and old is not _ABSENT:
+            # A delete of a key written here (a completion's of its pending
+            # record): one lookup of ``f`` says whether it was fresh and
+            # drops it. The undo's room first, so that a failure changes
+            # nothing.
+            self._undo_room()
+            was = PySet_Discard(f, key) == 1
+            self._push_undo(code, key, old, was)
+            if was:
+                del m[key]
+            else:
+                m[key] = None
         else:
+            was = old is not _ABSENT and key in f
+            self._push_undo(code, key, old, was)
             m[key] = value
             if fresh:
                 f.add(key)
