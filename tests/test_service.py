@@ -299,6 +299,8 @@ def test_async_idempotent_decorator(store: DedupStore) -> None:
         (("--create", "--tls-cert", "x.pem"), r"--tls-cert and --tls-key go together"),
         (("--create", "--max-batch", "0"), r"--max-batch must be a whole number >= 1"),
         (("--create", "--token-file", "/nonexistent/token"), r"--token-file /nonexistent/token: No such file"),
+        (("--create", "--thread-cpus", "one"), r"--thread-cpus must be a CPU list such as 1, 0,2 or 2-3"),
+        (("--create", "--thread-cpus", "100000"), r"--thread-cpus \[100000\] are not among the CPUs"),
     ],
 )
 def test_serve_refuses_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path, extra: tuple[str, ...],

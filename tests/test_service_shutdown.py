@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -50,3 +51,25 @@ def test_sigterm_drains_in_flight_calls_and_closes_the_store(tmp_path: Path) -> 
     with DedupStore.open(path) as store:
         assert store.lookup(NS, "slow") is not None
         assert store.lookup(NS, "late") is None
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")
+def test_serve_keeps_the_store_threads_on_thread_cpus(tmp_path: Path) -> None:
+    # --thread-cpus pins the served store's flusher and maintenance thread;
+    # the server's own threads keep every CPU the process may use.
+    allowed = os.sched_getaffinity(0)
+    cpu = max(allowed)
+    path = make_store_dir(tmp_path, NS)
+    proc, target = serve_process(path, "127.0.0.1:0", "--durability", "flush", "--thread-cpus", str(cpu))
+    try:
+        with DedupClient(target) as client:
+            assert client.claim(NS, "k").status is Status.NEW
+        tasks = Path(f"/proc/{proc.pid}/task")
+        threads = {t.name: (t / "comm").read_text().strip() for t in tasks.iterdir()}
+        by_name = {comm: int(tid) for tid, comm in threads.items()}
+        assert {"ds-flush", "ds-maintain"} <= by_name.keys(), threads
+        assert os.sched_getaffinity(by_name["ds-flush"]) == os.sched_getaffinity(by_name["ds-maintain"]) == {cpu}
+        assert os.sched_getaffinity(proc.pid) == allowed  # the main thread: the process's own
+    finally:
+        code, _, err = stop_process(proc)
+    assert code == 0, err

@@ -33,6 +33,32 @@ def complain(kind: str, message: str) -> None:
     print(f"dedupstore: {kind}: {' '.join(message.split())}", file=sys.stderr)
 
 
+def parse_cpus(text: str | None, flag: str) -> tuple[int, ...] | None:
+    """A CPU list as Linux writes one (``1``, ``0,2``, ``2-3``), checked
+    against the CPUs this process may run on (DedupStore.open's
+    ``thread_cpus``); None for None."""
+    from dedupstore.errors import InvalidInputError
+    from dedupstore.store import check_thread_cpus
+
+    if text is None:
+        return None
+    cpus: set[int] = set()
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.strip().partition("-")
+            first, last = int(lo), int(hi or lo)
+            if first < 0 or last < first:
+                raise ValueError(part)
+            cpus.update(range(first, last + 1))
+    except ValueError:
+        raise UsageError(f"{flag} must be a CPU list such as 1, 0,2 or 2-3; got {text!r}") from None
+    try:
+        check_thread_cpus(cpus, flag)
+    except InvalidInputError as exc:
+        raise UsageError(str(exc)) from None
+    return tuple(sorted(cpus))
+
+
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print one JSON object (schema in the docs) instead of a table"

@@ -9,8 +9,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from dedupstore.cli import EXIT_OK, UsageError, add_json_flag, emit_json, emit_table, fmt_rate
-from dedupstore.errors import InvalidInputError
+from dedupstore.cli import EXIT_OK, UsageError, add_json_flag, emit_json, emit_table, fmt_rate, parse_cpus
 from dedupstore.layout import DURABILITY
 from dedupstore.loadgen import (
     DEFAULT_TIME_SCALE,
@@ -25,7 +24,7 @@ from dedupstore.loadgen import (
     run_load,
 )
 from dedupstore.planning import format_number
-from dedupstore.store import DEFAULT_APPLY_INTERVAL, DEFAULT_THREAD_NICE, MAX_NICE, check_thread_cpus
+from dedupstore.store import DEFAULT_APPLY_INTERVAL, DEFAULT_THREAD_NICE, MAX_NICE
 from dedupstore.units import format_duration, parse_count, parse_duration
 
 #: Where the ramps of --find-max start; each step offers 1.5x the last.
@@ -108,28 +107,6 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser.set_defaults(run=run)
 
 
-def _cpus(text: str | None, flag: str) -> tuple[int, ...] | None:
-    """A CPU list as Linux writes one (``1``, ``0,2``, ``2-3``), checked
-    against the CPUs this process may run on."""
-    if text is None:
-        return None
-    cpus: set[int] = set()
-    try:
-        for part in text.split(","):
-            lo, _, hi = part.strip().partition("-")
-            first, last = int(lo), int(hi or lo)
-            if first < 0 or last < first:
-                raise ValueError(part)
-            cpus.update(range(first, last + 1))
-    except ValueError:
-        raise UsageError(f"{flag} must be a CPU list such as 1, 0,2 or 2-3; got {text!r}") from None
-    try:
-        check_thread_cpus(cpus, flag)
-    except InvalidInputError as exc:
-        raise UsageError(str(exc)) from None
-    return tuple(sorted(cpus))
-
-
 def _config(args: argparse.Namespace) -> LoadConfig:
     if args.partitions is not None and not 1 <= args.partitions <= 64:
         raise UsageError(f"--partitions must be 1..64; got {args.partitions}")
@@ -144,8 +121,8 @@ def _config(args: argparse.Namespace) -> LoadConfig:
         apply_interval=parse_duration(args.apply_interval, what="--apply-interval", allow_zero=True),
         partitions=args.partitions,
         thread_nice=args.thread_nice,
-        thread_cpus=_cpus(args.thread_cpus, "--thread-cpus"),
-        consumer_cpus=_cpus(args.consumer_cpus, "--consumer-cpus"),
+        thread_cpus=parse_cpus(args.thread_cpus, "--thread-cpus"),
+        consumer_cpus=parse_cpus(args.consumer_cpus, "--consumer-cpus"),
         mode=args.mode,
         batch=args.batch,
         time_scale=parse_count(args.time_scale, what="--time-scale"),
