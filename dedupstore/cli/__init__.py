@@ -37,6 +37,8 @@ def parse_cpus(text: str | None, flag: str) -> tuple[int, ...] | None:
     """A CPU list as Linux writes one (``1``, ``0,2``, ``2-3``), checked
     against the CPUs this process may run on (DedupStore.open's
     ``thread_cpus``); None for None."""
+    # Imported here: every verb imports this module, and not every verb
+    # needs the store (and its native module) loaded.
     from dedupstore.errors import InvalidInputError
     from dedupstore.store import check_thread_cpus
 
