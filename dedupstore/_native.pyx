@@ -13,8 +13,8 @@ import os
 from collections.abc import Mapping
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.dict cimport PyDict_Keys, PyDict_Next, PyDict_Size
-from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.dict cimport PyDict_GetItem, PyDict_Keys, PyDict_Next, PyDict_Size
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_AsSsize_t
 from cpython.ref cimport PyObject, Py_DECREF, Py_INCREF, Py_XDECREF
 from cpython.set cimport PySet_Discard
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
@@ -201,7 +201,7 @@ cdef class Hasher:
             out = PyBytes_FromStringAndSize(NULL, 16)
             ds_siphash128(&self.key, <const char *>first, n + 1, <uint8_t *>PyBytes_AS_STRING(out))
             return out
-        ds_buf_init_in(&b, MAX_INTENT_BYTES, first, CANON_STACK)
+        ds_buf_init_in(&b, C_MAX_INTENT_BYTES, first, CANON_STACK)
         try:
             if not _canon_into(&b, intent, fields):
                 return None
@@ -311,7 +311,7 @@ cpdef bytes key_bytes(object key):
     else:
         raise InvalidKeyError(f"key must be bytes or str (1..{MAX_KEY_BYTES} bytes); got {type(key).__name__}")
     cdef Py_ssize_t n = PyBytes_GET_SIZE(kb)
-    if n < 1 or n > MAX_KEY_BYTES:
+    if n < 1 or n > C_MAX_KEY_BYTES:
         raise InvalidKeyError(f"key must be 1..{MAX_KEY_BYTES} bytes; got {n} bytes")
     return kb
 
@@ -441,7 +441,7 @@ cdef int _canon(ds_buf *b, object o, int depth) except -1:
     cdef Py_ssize_t i
     # Depth counts containers ({"a": 1} is one level): a scalar inside the
     # deepest allowed container adds none.
-    if depth > MAX_INTENT_DEPTH and isinstance(o, (list, dict, Mapping)):
+    if depth > C_MAX_INTENT_DEPTH and isinstance(o, (list, dict, Mapping)):
         raise InvalidIntentError(f"intent nesting must be at most {MAX_INTENT_DEPTH} levels deep")
     if o is None:
         return _check(b, ds_buf_put(b, b"null", 4))
@@ -525,7 +525,7 @@ cdef int _canon_into(ds_buf *b, object intent, tuple fields) except -1:
         _check(b, ds_buf_put(b, &tag, 1))
         _canon(b, intent, 1)
         return 1
-    if PyBytes_GET_SIZE(raw) > MAX_INTENT_BYTES - 1:
+    if PyBytes_GET_SIZE(raw) > C_MAX_INTENT_BYTES - 1:
         raise InvalidIntentError(f"canonical intent must be at most {MAX_INTENT_BYTES} bytes")
     _check(b, ds_buf_put(b, &tag, 1))
     _check(b, ds_buf_put(b, PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw)))
@@ -541,7 +541,7 @@ cpdef object canonical_intent(object intent, tuple fields=None):
     """
     cdef uint8_t first[CANON_STACK]
     cdef ds_buf b
-    ds_buf_init_in(&b, MAX_INTENT_BYTES, first, CANON_STACK)
+    ds_buf_init_in(&b, C_MAX_INTENT_BYTES, first, CANON_STACK)
     try:
         if not _canon_into(&b, intent, fields):
             return None
@@ -655,6 +655,16 @@ cdef bytes _unresolved_key(bytes prefix, bytes key):
     memcpy(p, PyBytes_AS_STRING(prefix), 2)
     memcpy(p + 2, PyBytes_AS_STRING(key), klen)
     return out
+
+
+cdef bytes _record_key_of(bytes ukey):
+    # _new_key of an _unresolved_key's namespace and business key.
+    cdef Py_ssize_t klen = PyBytes_GET_SIZE(ukey) - 2
+    cdef bytes kb = PyBytes_FromStringAndSize(NULL, C_KEY_PREFIX_BYTES + klen)
+    cdef char *p = PyBytes_AS_STRING(kb)
+    memcpy(p, PyBytes_AS_STRING(ukey), 2)
+    memcpy(p + C_KEY_PREFIX_BYTES, PyBytes_AS_STRING(ukey) + 2, klen)
+    return kb
 
 
 def bloom_key(bytes prefix, uint32_t gen) -> bytes:
@@ -948,7 +958,7 @@ cdef class Space:
             return 0
         return <uint32_t>(now // self.gen_len)
 
-    cdef object _find(self, object get, bytes kb, bytes ukey, uint32_t top, uint32_t *found, bint pending=True,
+    cdef object _find(self, object get, object kb, bytes ukey, uint32_t top, uint32_t *found, bint pending=True,
                       bint live_absent=False, uint64_t h=0, bint hashed=False):
         """Probe generations from ``top`` down (completed records, under
         ``kb``), then, with ``pending``, the pending database (unresolved
@@ -967,7 +977,10 @@ cdef class Space:
 
         ``live_absent``: the live filter rules the key out of every
         generation from ``live_from`` on, which are then not probed.
-        ``hashed``: ``h`` is the key's hash (_key_hash) already."""
+        ``hashed``: ``h`` is the key's hash (_key_hash) already. ``kb``
+        None (only with ``hashed``): made from ``ukey`` at the first probe,
+        if any (a new key the live filter and the sealed filters rule out is
+        probed nowhere)."""
         cdef uint32_t g = top
         cdef object raw, bf
         cdef bytes probe = kb
@@ -1000,7 +1013,9 @@ cdef class Space:
                     self.bloom_skips += 1
                     bf = False
             if bf is not False:
-                if used:
+                if kb is None:
+                    kb = probe = _record_key_of(ukey)
+                elif used:
                     probe = PyBytes_FromStringAndSize(PyBytes_AS_STRING(kb), PyBytes_GET_SIZE(kb))
                 used = True
                 _set_gen(probe, g)
@@ -1479,7 +1494,6 @@ cdef class Space:
         cdef ds_claim_req req
         cdef ds_claim_out out
         cdef uint32_t found = 0
-        cdef bytes kb = _new_key(self.prefix, key)
         cdef bytes ukey = _unresolved_key(self.prefix, key)
         # The live filter (a write in the window's overlay): a key it rules
         # out is in no generation from live_from on, nor (live_pending)
@@ -1492,7 +1506,7 @@ cdef class Space:
         # no generation is put there with NOOVERWRITE as if absent (most
         # claims that reach a write are NEW), and only when that finds a
         # record is it read and decided upon. One LMDB call instead of two.
-        cdef object raw = self._find(get, kb, ukey, top, &found, not write, absent, h, True)
+        cdef object raw = self._find(get, None, ukey, top, &found, not write, absent, h, True)
         cdef bytes stored
         cdef bint put, unread
 
@@ -2211,7 +2225,7 @@ cdef class Overlay:
         return 18 + n + 4
 
     cdef int _check_size(self, Py_ssize_t n) except -1:
-        if n > 0xFFFFFFFF - 32:
+        if n > <Py_ssize_t>(0xFFFFFFFF - 32):  # a C comparison, not one of Python ints
             raise ValueError("one call wrote more than a journal record holds")
         return 0
 

@@ -13,6 +13,14 @@ from posix.time cimport clock_gettime, timespec, CLOCK_REALTIME
 #: dedupstore/window.py's globals (bind_window): MAX_PENDING
 #: is read there at each call, as the module's own code would.
 cdef dict _wglobals = None
+cdef inline Py_ssize_t _max_pending() except? -1:
+    # window.MAX_PENDING: a borrowed lookup, cheaper than Cython's for d[k].
+    cdef PyObject *v = PyDict_GetItem(_wglobals, "MAX_PENDING")
+    if v == NULL:
+        raise KeyError("MAX_PENDING")
+    return PyLong_AsSsize_t(<object>v)
+
+
 #: window.CLOSED, which never changes.
 cdef object _CLOSED = None
 
@@ -168,7 +176,7 @@ cdef class WindowCore:
                 # A full overlay is applied at once, unless an apply is
                 # running already (it holds ``applying``; waiting for it here
                 # would invert the lock order): then the next one takes it.
-                if ov._count() >= <Py_ssize_t>_wglobals["MAX_PENDING"] and self.applying.acquire(False):
+                if ov._count() >= _max_pending() and self.applying.acquire(False):
                     try:
                         self._apply()
                     finally:
