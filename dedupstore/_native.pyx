@@ -905,6 +905,11 @@ cdef class Space:
     cdef object _gs_of
     cdef uint64_t _gs_ver
     cdef gen_state _gs
+    # The same for the stored eviction frontier (_frontier): read through
+    # _fr_of at its meta_version _fr_ver, NO_FRONTIER for none stored.
+    cdef object _fr_of
+    cdef uint64_t _fr_ver
+    cdef int64_t _fr
     # ``blooms`` as a list indexed by generation - _bl_base (None where a
     # generation has none), for _find: made again whenever blooms' size
     # changed. Filters are only ever added for generations that had none and
@@ -1364,12 +1369,23 @@ cdef class Space:
         return self.newest
 
     cdef int64_t _frontier(self, object get) except? -1:
-        cdef object raw = _get(get, self.frontier_key, self.meta)
+        # Every claim that could be new reads it: through the same overlay
+        # at the same meta_version, the last answer is kept (as _read_state).
+        cdef bint windowed = type(get) is Overlay
+        cdef object raw
         cdef int64_t stored
-        if raw is None:
+        if windowed and get is self._fr_of and (<Overlay>get).meta_version == self._fr_ver:
+            stored = self._fr
+        else:
+            raw = _get(get, self.frontier_key, self.meta)
+            stored = NO_FRONTIER if raw is None else int.from_bytes(raw, "little", signed=True)
+            if windowed:
+                self._fr_of = get
+                self._fr_ver = (<Overlay>get).meta_version
+                self._fr = stored
+        if stored == NO_FRONTIER or stored < self.initial_frontier:
             return self.initial_frontier
-        stored = int.from_bytes(raw, "little", signed=True)
-        return stored if stored > self.initial_frontier else self.initial_frontier
+        return stored
 
     def frontier(self, txn) -> int:
         """The eviction frontier (microseconds) as committed in ``txn``'s snapshot."""
