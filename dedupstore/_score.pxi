@@ -54,8 +54,21 @@ def bind_store(batch_cls, tuple status_by_code, tuple leased_codes, small_bytes,
 
 #: bind_record()'s: verdicts.Record, the slot descriptors of its fields (in
 #: RECORD_FIELDS order) and verdicts.RecordState's members.
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        int type
+        Py_ssize_t offset
+        int flags
+    enum:
+        T_OBJECT_EX
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef *d_member
+
 cdef object _record_cls = None
-cdef tuple _record_slots = None
+#: Where in a Record each of its slots is (bind_record checked them).
+cdef Py_ssize_t _record_offsets[15]
 cdef object _rs_pending = None, _rs_unknown = None, _rs_completed = None
 
 #: verdicts.Record's fields, in the order make_record() fills them.
@@ -68,7 +81,7 @@ def bind_record(cls, pending, unknown, completed) -> None:
     """Called once by dedupstore/verdicts.py: ``cls`` is its Record, a
     frozen dataclass with slots whose fields are RECORD_FIELDS in that
     order; the others are RecordState's members."""
-    global _record_cls, _record_slots, _rs_pending, _rs_unknown, _rs_completed
+    global _record_cls, _rs_pending, _rs_unknown, _rs_completed
     import dataclasses
     import types
     names = tuple(f.name for f in dataclasses.fields(cls))
@@ -77,15 +90,33 @@ def bind_record(cls, pending, unknown, completed) -> None:
     slots = tuple(cls.__dict__.get(name) for name in names)
     if cls.__new__ is not object.__new__ or not all(type(d) is types.MemberDescriptorType for d in slots):
         raise TypeError("bind_record() needs a dataclass with slots=True and object's __new__")
-    _record_cls, _record_slots = cls, slots
+    cdef PyMemberDef *m
+    cdef Py_ssize_t i
+    cdef Py_ssize_t offsets[15]
+    for i in range(len(slots)):
+        m = (<PyMemberDescrObject *><PyObject *>slots[i]).d_member
+        if (m.type != T_OBJECT_EX or m.offset < <Py_ssize_t>sizeof(PyObject)
+                or m.offset + <Py_ssize_t>sizeof(PyObject *) > (<PyTypeObject *>cls).tp_basicsize):
+            raise TypeError(f"bind_record() needs {names[i]!r} to be a plain object slot of {cls.__name__}")
+        offsets[i] = m.offset
+    # Only a class that passed every check replaces the bound one.
+    memcpy(_record_offsets, offsets, sizeof(offsets))
+    _record_cls = cls
     _rs_pending, _rs_unknown, _rs_completed = pending, unknown, completed
 
 
 cdef inline int _fill(object rec, Py_ssize_t i, object value) except -1:
-    # Slot i of a Record being made: what object.__setattr__ would do,
-    # without the frozen dataclass's __setattr__ (which refuses) or a lookup.
-    cdef object d = <object>PyTuple_GET_ITEM(_record_slots, i)
-    return Py_TYPE(d).tp_descr_set(d, rec, value)
+    # Slot i of a Record being made (all of them empty when it is
+    # allocated): what its member descriptor's __set__ would do, written
+    # straight into the slot, without the frozen dataclass's __setattr__
+    # (which refuses) or the descriptor's call.
+    cdef PyObject **slot = <PyObject **>(<char *><PyObject *>rec + _record_offsets[i])
+    cdef PyObject *old = slot[0]
+    Py_INCREF(value)
+    slot[0] = <PyObject *>value
+    if old != NULL:
+        Py_DECREF(<object>old)
+    return 0
 
 
 cdef inline object _us_or_none(int64_t us):

@@ -126,6 +126,32 @@ def test_records_made_natively_equal_the_dataclass_constructor(tmp_path) -> None
             rec.token = 1  # type: ignore[misc]
 
 
+def test_bind_record_refuses_a_class_it_cannot_fill_and_keeps_the_bound_one(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # make_record writes each field straight into its slot, at offsets
+    # bind_record takes from the class: a class without those slots is
+    # refused, and the refusal leaves the bound class and its offsets.
+    import dataclasses
+
+    fields = [(name, object) for name in _native.RECORD_FIELDS]
+    no_slots = dataclasses.make_dataclass("NoSlots", fields, frozen=True)
+    with pytest.raises(TypeError, match="slots=True"):
+        _native.bind_record(no_slots, RecordState.PENDING, RecordState.UNKNOWN, RecordState.COMPLETED)
+    # Slots (after a base's own, so at other offsets than Record's), but the
+    # third a member of another kind (complex.real, a C double): refused
+    # after the first two were looked at.
+    pad = type("Pad", (), {"__slots__": ("pad",)})
+    odd = dataclasses.make_dataclass("Odd", fields, bases=(pad,), frozen=True, slots=True)
+    odd.state = complex.__dict__["real"]  # type: ignore[attr-defined]
+    with pytest.raises(TypeError, match="'state' to be a plain object slot"):
+        _native.bind_record(odd, RecordState.PENDING, RecordState.UNKNOWN, RecordState.COMPLETED)
+    with DedupStore.open(tmp_path / "s", durability="flush") as store:
+        store.ensure_namespace("ns")
+        res = store.claim("ns", "k", {"a": 1}, claimant="w")
+        rec = store.complete("ns", "k", res.token, b"done")
+    assert type(rec) is Record and (rec.namespace, rec.key, rec.claimant, rec.outcome) == ("ns", b"k", b"w", b"done")
+    assert rec.state is RecordState.COMPLETED and rec.token == res.token and rec.other_events == 0
+
+
 def test_statuses_key_dicts_and_sets_across_pickling() -> None:
     # Status hashes by identity (verdicts.py): a member unpickled or copied
     # is the same object, so it finds the entries the original made.
