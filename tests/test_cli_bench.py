@@ -80,6 +80,9 @@ def test_bench_table_and_bad_input(capsys: pytest.CaptureFixture[str], tmp_path:
     for nice in ("-1", "20"):
         code, _, err = run(capsys, "bench", "--thread-nice", nice)
         assert code == 2 and "--thread-nice must be 0..19" in err
+    for interval in ("0.1ms", "2s"):
+        code, _, err = run(capsys, "bench", "--apply-interval", interval)
+        assert code == 2 and "--apply-interval must be 0 (no write-behind) or 500us..1s" in err, err
     for flag in ("--thread-cpus", "--consumer-cpus"):
         for cpus, message in (("x", "must be a CPU list such as"), ("3-1", "must be a CPU list such as"),
                               ("100000", "are not among the CPUs this process may run on")):

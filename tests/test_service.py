@@ -301,6 +301,9 @@ def test_async_idempotent_decorator(store: DedupStore) -> None:
         (("--create", "--token-file", "/nonexistent/token"), r"--token-file /nonexistent/token: No such file"),
         (("--create", "--thread-cpus", "one"), r"--thread-cpus must be a CPU list such as 1, 0,2 or 2-3"),
         (("--create", "--thread-cpus", "100000"), r"--thread-cpus \[100000\] are not among the CPUs"),
+        (("--create", "--thread-nice", "20"), r"--thread-nice must be 0..19"),
+        (("--create", "--apply-interval", "1h"), r"--apply-interval must be 0 \(no write-behind\) or 500us..1s"),
+        (("--create", "--flush-interval", "2h"), r"--flush-interval must be at most 1h"),
     ],
 )
 def test_serve_refuses_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path, extra: tuple[str, ...],

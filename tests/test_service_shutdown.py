@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -51,6 +52,29 @@ def test_sigterm_drains_in_flight_calls_and_closes_the_store(tmp_path: Path) -> 
     with DedupStore.open(path) as store:
         assert store.lookup(NS, "slow") is not None
         assert store.lookup(NS, "late") is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread's own nice value is Linux's")
+def test_serve_passes_the_store_thread_flags_to_the_store(tmp_path: Path) -> None:
+    # --apply-interval 0 turns the served store's write-behind off (no
+    # window in its stats) and --thread-nice sets how far below the main
+    # thread its own threads run.
+    path = make_store_dir(tmp_path, NS)
+    proc, target = serve_process(path, "127.0.0.1:0", "--durability", "flush", "--apply-interval", "0",
+                                 "--thread-nice", "3", "--flush-interval", "250ms")
+    try:
+        with DedupClient(target) as client:
+            assert client.claim(NS, "k").status is Status.NEW
+            stats = client.stats()
+        assert [p["write_behind"] for p in stats["partition_stats"]] == [None] * stats["partitions"]
+        tasks = Path(f"/proc/{proc.pid}/task")
+        nice = {(t / "comm").read_text().strip(): os.getpriority(os.PRIO_PROCESS, int(t.name))
+                for t in tasks.iterdir()}
+        main = os.getpriority(os.PRIO_PROCESS, proc.pid)
+        assert nice["ds-flush"] == nice["ds-maintain"] == min(main + 3, 19), nice
+    finally:
+        code, _, err = stop_process(proc)
+    assert code == 0, err
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")

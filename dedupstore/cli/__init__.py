@@ -12,9 +12,10 @@ import argparse
 import json
 import sys
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from dedupstore.planning import format_number
-from dedupstore.units import format_duration
+from dedupstore.units import format_duration, parse_duration
 
 #: Exit codes, the same for every verb (documented in docs/cli/*.md).
 EXIT_OK = 0
@@ -59,6 +60,55 @@ def parse_cpus(text: str | None, flag: str) -> tuple[int, ...] | None:
     except InvalidInputError as exc:
         raise UsageError(str(exc)) from None
     return tuple(sorted(cpus))
+
+
+def add_store_thread_flags(parser: argparse.ArgumentParser, cpus_help: str) -> None:
+    """The flags of how an opened store's own threads work (DedupStore.open's
+    ``flush_interval``, ``apply_interval``, ``thread_nice`` and
+    ``thread_cpus``), as the verbs that open a store to run it share them;
+    :func:`store_thread_options` reads them."""
+    from dedupstore.store import DEFAULT_APPLY_INTERVAL, DEFAULT_FLUSH_INTERVAL, DEFAULT_THREAD_NICE
+
+    parser.add_argument(
+        "--flush-interval", default=format_duration(DEFAULT_FLUSH_INTERVAL), metavar="DURATION",
+        help=f"how often the store's background checkpoint runs (default {format_duration(DEFAULT_FLUSH_INTERVAL)}; "
+        f"in flush mode, what an OS crash may take)",
+    )
+    parser.add_argument(
+        "--apply-interval", default=format_duration(DEFAULT_APPLY_INTERVAL), metavar="DURATION",
+        help=f"how often the write-behind window is applied to LMDB (default "
+             f"{format_duration(DEFAULT_APPLY_INTERVAL)}; 0 turns write-behind off)",
+    )
+    parser.add_argument(
+        "--thread-nice", type=int, default=DEFAULT_THREAD_NICE, metavar="N",
+        help=f"nice steps below the opening thread at which the store's own threads run (default "
+        f"{DEFAULT_THREAD_NICE}; 0: the same priority; Linux)",
+    )
+    parser.add_argument("--thread-cpus", default=None, metavar="LIST", help=cpus_help)
+
+
+def store_thread_options(args: argparse.Namespace) -> dict[str, Any]:
+    """:func:`add_store_thread_flags`' flags, checked, as DedupStore.open's
+    keyword arguments."""
+    from dedupstore import store
+
+    if not 0 <= args.thread_nice <= store.MAX_NICE:
+        raise UsageError(f"--thread-nice must be 0..{store.MAX_NICE} (nice steps below the opening thread); "
+                         f"got {args.thread_nice}")
+    # The store's own bounds, checked here to name the flag.
+    apply_s = parse_duration(args.apply_interval, what="--apply-interval", allow_zero=True)
+    if apply_s and not store.MIN_APPLY_INTERVAL_S <= apply_s <= store.MAX_APPLY_INTERVAL_S:
+        raise UsageError(
+            f"--apply-interval must be 0 (no write-behind) or {format_duration(store.MIN_APPLY_INTERVAL_S)}.."
+            f"{format_duration(store.MAX_APPLY_INTERVAL_S)}; got {args.apply_interval!r}"
+        )
+    return {
+        "flush_interval": parse_duration(args.flush_interval, what="--flush-interval",
+                                         minimum=store.MIN_FLUSH_INTERVAL_S, maximum=store.MAX_FLUSH_INTERVAL_S),
+        "apply_interval": apply_s,
+        "thread_nice": args.thread_nice,
+        "thread_cpus": parse_cpus(args.thread_cpus, "--thread-cpus"),
+    }
 
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:

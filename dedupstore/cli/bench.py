@@ -9,7 +9,17 @@ from typing import Any
 
 from tqdm import tqdm
 
-from dedupstore.cli import EXIT_OK, UsageError, add_json_flag, emit_json, emit_table, fmt_rate, parse_cpus
+from dedupstore.cli import (
+    EXIT_OK,
+    UsageError,
+    add_json_flag,
+    add_store_thread_flags,
+    emit_json,
+    emit_table,
+    fmt_rate,
+    parse_cpus,
+    store_thread_options,
+)
 from dedupstore.layout import DURABILITY
 from dedupstore.loadgen import (
     DEFAULT_TIME_SCALE,
@@ -24,7 +34,6 @@ from dedupstore.loadgen import (
     run_load,
 )
 from dedupstore.planning import format_number
-from dedupstore.store import DEFAULT_APPLY_INTERVAL, DEFAULT_THREAD_NICE, MAX_NICE
 from dedupstore.units import format_duration, parse_count, parse_duration
 
 #: Where the ramps of --find-max start; each step offers 1.5x the last.
@@ -50,24 +59,9 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     parser.add_argument("--path", default=None, metavar="DIR", help="store directory (default: a temporary one)")
     parser.add_argument("--durability", default="sync", choices=sorted(DURABILITY), help="default sync")
-    parser.add_argument(
-        "--flush-interval", default="1s", metavar="DURATION",
-        help="how often the store's background checkpoint runs (default 1s; in flush mode, what an OS crash may take)",
-    )
-    parser.add_argument(
-        "--apply-interval", default=format_duration(DEFAULT_APPLY_INTERVAL), metavar="DURATION",
-        help=f"how often the write-behind window is applied to LMDB (default "
-             f"{format_duration(DEFAULT_APPLY_INTERVAL)}; 0 turns write-behind off)",
-    )
     parser.add_argument("--partitions", type=int, default=None, help="partitions of a new store (default 4)")
-    parser.add_argument(
-        "--thread-nice", type=int, default=DEFAULT_THREAD_NICE, metavar="N",
-        help=f"nice steps below the consumer at which the store's own threads run (default {DEFAULT_THREAD_NICE}; "
-        f"0: the same priority; Linux)",
-    )
-    parser.add_argument(
-        "--thread-cpus", default=None, metavar="LIST",
-        help="CPUs the store's own threads are kept on, such as 1 or 2-3 (default: anywhere; Linux)",
+    add_store_thread_flags(
+        parser, "CPUs the store's own threads are kept on, such as 1 or 2-3 (default: anywhere; Linux)"
     )
     parser.add_argument(
         "--consumer-cpus", default=None, metavar="LIST",
@@ -110,18 +104,13 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def _config(args: argparse.Namespace) -> LoadConfig:
     if args.partitions is not None and not 1 <= args.partitions <= 64:
         raise UsageError(f"--partitions must be 1..64; got {args.partitions}")
-    if not 0 <= args.thread_nice <= MAX_NICE:
-        raise UsageError(f"--thread-nice must be 0..{MAX_NICE} (nice steps below the consumer); got {args.thread_nice}")
     config = LoadConfig(
         rate=parse_count(args.rate, what="--rate"),
         duration=parse_duration(args.duration, what="--duration"),
         drain=None if args.drain is None else parse_duration(args.drain, what="--drain", allow_zero=True),
         durability=args.durability,
-        flush_interval=parse_duration(args.flush_interval, what="--flush-interval"),
-        apply_interval=parse_duration(args.apply_interval, what="--apply-interval", allow_zero=True),
         partitions=args.partitions,
-        thread_nice=args.thread_nice,
-        thread_cpus=parse_cpus(args.thread_cpus, "--thread-cpus"),
+        **store_thread_options(args),
         consumer_cpus=parse_cpus(args.consumer_cpus, "--consumer-cpus"),
         mode=args.mode,
         batch=args.batch,

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any
 
-from dedupstore.cli import EXIT_OK, UsageError, add_json_flag, parse_cpus
+from dedupstore.cli import EXIT_OK, UsageError, add_json_flag, add_store_thread_flags, store_thread_options
 from dedupstore.cli.inspect import parse_whole
 from dedupstore.errors import StoreAlreadyOpenError, StoreFormatError
 from dedupstore.layout import DURABILITY
@@ -51,9 +51,8 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser.add_argument("--metrics-listen", metavar="HOST:PORT", help="serve Prometheus metrics at /metrics")
     parser.add_argument("--grace", default="10s", metavar="DURATION", help="time in-flight calls get on shutdown")
     parser.add_argument("--durability", default="sync", choices=sorted(DURABILITY), help="default: sync")
-    parser.add_argument(
-        "--thread-cpus", default=None, metavar="LIST",
-        help="CPUs the store's own threads are kept on, such as 1 or 2-3, away from the request threads' "
+    add_store_thread_flags(
+        parser, "CPUs the store's own threads are kept on, such as 1 or 2-3, away from the request threads' "
         "(default: anywhere; Linux)",
     )
     add_json_flag(parser)
@@ -111,11 +110,11 @@ def run(args: argparse.Namespace) -> int:
         max_batch=parse_whole(args.max_batch, "--max-batch", 1),
     )
     workers = parse_whole(args.workers, "--workers", 1)
-    thread_cpus = parse_cpus(args.thread_cpus, "--thread-cpus")
+    threads = store_thread_options(args)
     grace = parse_duration(args.grace, what="--grace", allow_zero=True)
     hook = _test_hook()
     try:
-        store = DedupStore.open(args.path, create=args.create, durability=args.durability, thread_cpus=thread_cpus)
+        store = DedupStore.open(args.path, create=args.create, durability=args.durability, **threads)
     except (StoreFormatError, StoreAlreadyOpenError) as exc:
         hint = "" if args.create else " (pass --create to make a new store)"
         raise UsageError(f"{exc}{hint}") from None
