@@ -1614,10 +1614,18 @@ cdef class Space:
         cdef int rc
         cdef bytes stored
         cdef LiveFilter live
+        cdef object old = _ABSENT
         # The pending database first: a key is in one place in any snapshot,
         # and a completion almost always finds its record unresolved, so the
         # generations are probed only for a repeated completion.
-        cdef object raw = _get(get, ukey, self.pending)
+        cdef object raw
+        if type(get) is Overlay:
+            # What the overlay's own map holds (_ABSENT: nothing) is kept,
+            # for the delete below (Overlay._write_at) to use.
+            old = (<Overlay>get)._pend.get(ukey, _ABSENT)
+            raw = (<Overlay>get)._base(2, ukey, self.pending) if old is _ABSENT else old
+        else:
+            raw = get(ukey, None, self.pending)
         if raw is None:
             raw = self._find(get, _new_key(self.prefix, key), ukey, top, &found, False)
         if raw is None:
@@ -1634,8 +1642,8 @@ cdef class Space:
         # ``top`` is a newer generation, so that it answers for ``top``.
         live = self._live_for(txn, top) if type(txn) is Overlay else self.live
         if type(txn) is Overlay:
-            # Known to be there (just read): no second read to find out.
-            (<Overlay>txn)._write(2, ukey, None, False)
+            # Known to be there (just read, with what the overlay held).
+            (<Overlay>txn)._write_at(2, (<Overlay>txn)._pend, ukey, None, False, old)
         else:
             txn.delete(ukey, b"", self.pending)
         kb = _new_key(self.prefix, key)  # never hashed: see _find
@@ -1651,7 +1659,13 @@ cdef class Space:
     cpdef int release(self, object txn, bytes key, uint64_t token, int64_t now) except? -1:
         cdef ds_record cur
         cdef bytes ukey = _unresolved_key(self.prefix, key)
-        cdef object raw = _get(_getter(txn), ukey, self.pending)
+        cdef object old = _ABSENT
+        cdef object raw
+        if type(txn) is Overlay:  # as in _complete
+            old = (<Overlay>txn)._pend.get(ukey, _ABSENT)
+            raw = (<Overlay>txn)._base(2, ukey, self.pending) if old is _ABSENT else old
+        else:
+            raw = txn.get(ukey, None, self.pending)
         if raw is None:
             return DS_OP_LEASE_LOST  # only an unresolved record can be released
         _decode(raw, &cur)
@@ -1659,7 +1673,7 @@ cdef class Space:
             return DS_OP_LEASE_LOST
         if type(txn) is Overlay:
             # Known to be there (just read), as in _complete.
-            (<Overlay>txn)._write(2, ukey, None, False)
+            (<Overlay>txn)._write_at(2, (<Overlay>txn)._pend, ukey, None, False, old)
         else:
             txn.delete(ukey, b"", self.pending)
         return DS_OP_APPLY
