@@ -1199,9 +1199,11 @@ cdef class Space:
         lf = LiveFilter(0, self.live_from)
         lf.hi = top
         for o in chain:
-            for k in o._recs:  # deleted ones too: a key too many only costs a probe
-                if PyBytes_GET_SIZE(k) > C_KEY_PREFIX_BYTES and k[:2] == prefix and _record_gen(k) >= self.live_from:
-                    lf.add_at(self._record_key_hash(k), _record_gen(k))
+            for held in (o._recs, o._frecs):
+                for k in held:  # deleted ones too: a key too many only costs a probe
+                    if (PyBytes_GET_SIZE(k) > C_KEY_PREFIX_BYTES and k[:2] == prefix
+                            and _record_gen(k) >= self.live_from):
+                        lf.add_at(self._record_key_hash(k), _record_gen(k))
         self.live_pending = self._seed_pending(lf, chain, base)
         self.live = lf
         self.live_seeds += 1
@@ -1232,9 +1234,11 @@ cdef class Space:
                 lf.add(ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(k) + 2, PyBytes_GET_SIZE(k) - 2))
         if pend:
             for o in chain:
-                for k in o._pend:  # deleted ones too: a key too many only costs a probe
-                    if PyBytes_GET_SIZE(k) > 2 and k[:2] == prefix:
-                        lf.add(ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(k) + 2, PyBytes_GET_SIZE(k) - 2))
+                for held in (o._pend, o._fpend):
+                    for k in held:  # deleted ones too: a key too many only costs a probe
+                        if PyBytes_GET_SIZE(k) > 2 and k[:2] == prefix:
+                            lf.add(ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(k) + 2,
+                                                PyBytes_GET_SIZE(k) - 2))
         return pend
 
     cdef uint32_t _reach(self, object get, int64_t now, gen_state *gs) except? 0:
@@ -1615,6 +1619,7 @@ cdef class Space:
         cdef bytes stored
         cdef LiveFilter live
         cdef object old = _ABSENT
+        cdef bint was = False
         # The pending database first: a key is in one place in any snapshot,
         # and a completion almost always finds its record unresolved, so the
         # generations are probed only for a repeated completion.
@@ -1622,7 +1627,7 @@ cdef class Space:
         if type(get) is Overlay:
             # What the overlay's own map holds (_ABSENT: nothing) is kept,
             # for the delete below (Overlay._write_at) to use.
-            old = (<Overlay>get)._pend.get(ukey, _ABSENT)
+            old = (<Overlay>get)._held(2, ukey, &was)
             raw = (<Overlay>get)._base(2, ukey, self.pending) if old is _ABSENT else old
         else:
             raw = get(ukey, None, self.pending)
@@ -1643,7 +1648,7 @@ cdef class Space:
         live = self._live_for(txn, top) if type(txn) is Overlay else self.live
         if type(txn) is Overlay:
             # Known to be there (just read, with what the overlay held).
-            (<Overlay>txn)._write_at(2, (<Overlay>txn)._pend, ukey, None, False, old)
+            (<Overlay>txn)._write_at(2, ukey, None, False, old, was)
         else:
             txn.delete(ukey, b"", self.pending)
         kb = _new_key(self.prefix, key)  # never hashed: see _find
@@ -1660,9 +1665,10 @@ cdef class Space:
         cdef ds_record cur
         cdef bytes ukey = _unresolved_key(self.prefix, key)
         cdef object old = _ABSENT
+        cdef bint was = False
         cdef object raw
         if type(txn) is Overlay:  # as in _complete
-            old = (<Overlay>txn)._pend.get(ukey, _ABSENT)
+            old = (<Overlay>txn)._held(2, ukey, &was)
             raw = (<Overlay>txn)._base(2, ukey, self.pending) if old is _ABSENT else old
         else:
             raw = txn.get(ukey, None, self.pending)
@@ -1673,7 +1679,7 @@ cdef class Space:
             return DS_OP_LEASE_LOST
         if type(txn) is Overlay:
             # Known to be there (just read), as in _complete.
-            (<Overlay>txn)._write_at(2, (<Overlay>txn)._pend, ukey, None, False, old)
+            (<Overlay>txn)._write_at(2, ukey, None, False, old, was)
         else:
             txn.delete(ukey, b"", self.pending)
         return DS_OP_APPLY
@@ -1948,29 +1954,33 @@ cdef int _entry_order(const void *a, const void *b) noexcept nogil:
     return (x.size > y.size) - (x.size < y.size)
 
 
-cdef Py_ssize_t _sorted_items(dict m, int code, list out, list deletes=None) except -1:
-    # Every item of ``m`` (bytes keys) in key order, sorted with memcmp,
+cdef Py_ssize_t _sorted_items(dict m, dict f, int code, list out, list deletes=None) except -1:
+    # Every item of ``m`` and ``f`` (bytes keys, none in both: an overlay's
+    # two maps of one database) in key order, sorted with memcmp,
     # which takes a fraction of what sorting them as Python objects does (an
     # apply lists a few hundred keys, every apply interval). ``deletes``
     # None: (code, key, value) of each onto ``out`` (Overlay.changes); else
     # (key, value) of each put onto ``out`` and (code, key) of each delete
     # onto ``deletes`` (Overlay.write_set). Returns how many.
-    cdef Py_ssize_t n = len(m), i = 0, pos = 0
+    cdef Py_ssize_t n = len(m) + len(f), i = 0, pos
     cdef PyObject *k
     cdef PyObject *v
     cdef _entry *items
+    cdef dict d
     if n == 0:
         return 0
     items = <_entry *>malloc(n * sizeof(_entry))
     if items == NULL:
         raise MemoryError()
     try:
-        while PyDict_Next(m, &pos, &k, &v):
-            items[i].data = PyBytes_AS_STRING(<object>k)
-            items[i].size = PyBytes_GET_SIZE(<object>k)
-            items[i].key = k
-            items[i].value = v
-            i += 1
+        for d in (m, f):
+            pos = 0
+            while PyDict_Next(d, &pos, &k, &v):
+                items[i].data = PyBytes_AS_STRING(<object>k)
+                items[i].size = PyBytes_GET_SIZE(<object>k)
+                items[i].key = k
+                items[i].value = v
+                i += 1
         qsort(items, n, sizeof(_entry), _entry_order)
         for i in range(n):
             if deletes is None:
@@ -2018,9 +2028,15 @@ cdef class Overlay:
 
     cdef public object snapshot
     cdef object _records, _pending, _meta
-    cdef dict _recs, _pend, _metas  # key -> newest value, None once deleted
+    # Every key written here is in one of two maps of its database: the
+    # fresh ones, keys put here that the snapshot lacks (key -> newest value;
+    # such a key deleted again leaves both), and the others (key -> newest
+    # value, None once deleted). Two maps, not one and a set of the fresh
+    # keys: a claim's put is one dict insert, its completion's delete one
+    # dict delete.
+    cdef dict _recs, _pend, _metas
+    cdef dict _frecs, _fpend, _fmetas
     cdef dict _seen  # meta key -> the snapshot's value (None: absent)
-    cdef set _frecs, _fpend, _fmetas  # keys put here that the snapshot lacks
     # The ops written since the last record: _olen bytes of a malloc'd
     # buffer of _ocap (a bytearray emptied after each record would be
     # reallocated as often).
@@ -2114,8 +2130,23 @@ cdef class Overlay:
             return 3
         raise ValueError("the write-behind overlay covers the records, pending and meta databases only")
 
-    cdef set _fresh_of(self, int code):
+    cdef dict _fresh_of(self, int code):
         return self._frecs if code == 1 else self._fpend if code == 2 else self._fmetas
+
+    cdef object _held(self, int code, bytes key, bint *fresh):
+        # What this overlay holds for ``key`` (_ABSENT: nothing; None: a
+        # delete), and in ``fresh`` whether it is a fresh key. The pending
+        # database's keys are nearly all fresh (a claim's), the others'
+        # nearly all not: each map is asked in that order.
+        cdef object v
+        cdef dict first = self._fresh_of(code) if code == 2 else self._map(code)
+        v = first.get(key, _ABSENT)
+        if v is not _ABSENT:
+            fresh[0] = code == 2
+            return v
+        v = (self._map(code) if code == 2 else self._fresh_of(code)).get(key, _ABSENT)
+        fresh[0] = v is not _ABSENT and code != 2
+        return v
 
     cdef object _base(self, int code, bytes key, object db):
         # What the snapshot (or the overlay read through) holds; None: absent.
@@ -2135,7 +2166,8 @@ cdef class Overlay:
     cdef object _get(self, bytes key, object db):
         # get(key, None, db) as a cdef call (the Spaces' _get).
         cdef int code = self._code(db)
-        cdef object v = self._map(code).get(key, _ABSENT)
+        cdef bint fresh
+        cdef object v = self._held(code, key, &fresh)
         if v is _ABSENT:
             v = self._base(code, key, db)
         return v
@@ -2144,38 +2176,34 @@ cdef class Overlay:
         # ``fresh``: a put of a key the snapshot does not hold. Such a key
         # deleted again leaves no change to apply (a claim completed within
         # one apply interval never touches LMDB's pending database).
-        cdef dict m = self._map(code)
-        self._write_at(code, m, key, value, fresh, m.get(key, _ABSENT))
-
-    cdef _write_at(self, int code, dict m, bytes key, object value, bint fresh, object old):
-        # _write() where ``old`` is m.get(key, _ABSENT) already.
-        cdef set f = self._fresh_of(code)
-        # Only a key of ``m`` can be in ``f``: a fresh key deleted again
-        # leaves both.
         cdef bint was
+        cdef object old = self._held(code, key, &was)
+        self._write_at(code, key, value, fresh, old, was)
+
+    cdef _write_at(self, int code, bytes key, object value, bint fresh, object old, bint was):
+        # _write() where ``old`` and ``was`` are what _held() answered for
+        # ``key`` already.
+        cdef dict m = self._map(code)
+        cdef dict f = self._fresh_of(code)
         cdef uint8_t *head
         cdef Py_ssize_t klen = PyBytes_GET_SIZE(key)
         cdef Py_ssize_t vlen = 0 if value is None else PyBytes_GET_SIZE(value)
         if code == 3:
             self.meta_version += 1
-        if value is None and old is not _ABSENT:
-            # A delete of a key written here (a completion's of its pending
-            # record): one lookup of ``f`` says whether it was fresh and
-            # drops it. The undo's room first, so that a failure changes
-            # nothing.
-            self._undo_room()
-            was = PySet_Discard(f, key) == 1
-            self._push_undo(code, key, old, was)
-            if was:
-                del m[key]
+        # The undo's room first, so that a failure below changes nothing.
+        self._undo_room()
+        if was:
+            # A fresh key: deleted, it leaves both maps (a completion's
+            # delete of its pending record); put, it stays fresh.
+            if value is None:
+                del f[key]
             else:
-                m[key] = None
+                f[key] = value
+        elif fresh and old is _ABSENT:
+            f[key] = value
         else:
-            was = old is not _ABSENT and key in f
-            self._push_undo(code, key, old, was)
             m[key] = value
-            if fresh:
-                f.add(key)
+        self._push_undo(code, key, old, was)
         head = <uint8_t *>self._grow_ops(8 + klen + vlen)
         head[0] = 2 if value is None else 1  # journal PUT / DELETE
         head[1] = <uint8_t>code
@@ -2194,8 +2222,8 @@ cdef class Overlay:
         # was made, else the value the key already has here or in the
         # snapshot. ``unread``: the caller knows the snapshot lacks the key
         # (the live filter), so only this overlay is asked.
-        cdef dict m = self._map(code)
-        cdef object old = m.get(key, _ABSENT)
+        cdef bint was
+        cdef object old = self._held(code, key, &was)
         cdef object v
         if old is _ABSENT:
             if not unread:
@@ -2204,7 +2232,7 @@ cdef class Overlay:
                     return v
         elif old is not None:
             return old
-        self._write_at(code, m, key, value, old is _ABSENT, old)
+        self._write_at(code, key, value, old is _ABSENT, old, was)
         return None
 
     def put(self, bytes key, bytes value, bint dupdata=False, bint overwrite=True, bint append=False, db=None):
@@ -2301,14 +2329,10 @@ cdef class Overlay:
         for i in range(self._un - 1, -1, -1):
             u = &self._ub[i]
             key, old = <object>u.key, <object>u.old
-            if old is _ABSENT:
-                self._map(u.code).pop(key, None)
-            else:
-                self._map(u.code)[key] = old
-            if u.was:
-                self._fresh_of(u.code).add(key)
-            else:
-                self._fresh_of(u.code).discard(key)
+            self._map(u.code).pop(key, None)
+            self._fresh_of(u.code).pop(key, None)
+            if old is not _ABSENT:
+                (self._fresh_of(u.code) if u.was else self._map(u.code))[key] = old
         self._drop_undo()
         self._olen = 0
 
@@ -2319,7 +2343,7 @@ cdef class Overlay:
         cdef list out = []
         cdef int code
         for code in range(1, 4):
-            _sorted_items(self._map(code), code, out)
+            _sorted_items(self._map(code), self._fresh_of(code), code, out)
         return out
 
     def write_set(self):
@@ -2332,7 +2356,7 @@ cdef class Overlay:
         cdef int code
         for code in range(1, 4):
             items = []
-            n += _sorted_items(self._map(code), code, items, deletes)
+            n += _sorted_items(self._map(code), self._fresh_of(code), code, items, deletes)
             if items:
                 puts.append((code, items))
         return n, puts, deletes
@@ -2341,7 +2365,8 @@ cdef class Overlay:
         return self._count()
 
     cdef inline Py_ssize_t _count(self):
-        return PyDict_Size(self._recs) + PyDict_Size(self._pend) + PyDict_Size(self._metas)
+        return (PyDict_Size(self._recs) + PyDict_Size(self._pend) + PyDict_Size(self._metas)
+                + PyDict_Size(self._frecs) + PyDict_Size(self._fpend) + PyDict_Size(self._fmetas))
 
     def rebase(self, snapshot):
         """Read from ``snapshot`` from now on, keeping every write: the
@@ -2354,23 +2379,29 @@ cdef class Overlay:
         """Take ``newer``'s writes over ours (an overlay that read through
         this one, whose apply failed); no call may be under way in either."""
         cdef int code
-        cdef dict m
-        cdef set f, nf
+        cdef dict m, f
         if newer._un or newer._olen or self._un or self._olen:
             raise ValueError("an overlay with a call under way cannot be folded")
         self.meta_version += 1
         for code in range(1, 4):
             m = self._map(code)
             f = self._fresh_of(code)
-            nf = newer._fresh_of(code)
+            # Keys ``newer`` found here or in the snapshot:
             for k, v in newer._map(code).items():
-                if v is None and k in f:
-                    del m[k]  # put here, deleted there: the snapshot never had it
-                    f.discard(k)
+                if k in f:
+                    if v is None:
+                        del f[k]  # put here, deleted there: the snapshot never had it
+                    else:
+                        f[k] = v
                 else:
-                    if k in nf and k not in m:
-                        f.add(k)
                     m[k] = v
+            # Keys it found nowhere: fresh here too, unless deleted here
+            # (then the snapshot has them).
+            for k, v in newer._fresh_of(code).items():
+                if k in m:
+                    m[k] = v
+                else:
+                    f[k] = v
 
     def reset(self, snapshot):
         """Forget every write (they are applied) and read from ``snapshot``."""
@@ -2378,9 +2409,9 @@ cdef class Overlay:
         self._recs = {}
         self._pend = {}
         self._metas = {}
-        self._frecs = set()
-        self._fpend = set()
-        self._fmetas = set()
+        self._frecs = {}
+        self._fpend = {}
+        self._fmetas = {}
         self._seen = {}
         self.meta_version += 1
         self._drop_undo()

@@ -180,6 +180,56 @@ def test_a_rollback_undoes_every_write_since_the_last_keep(
     env.close()
 
 
+_OPS = st.lists(st.tuples(st.sampled_from(["put", "put-new", "delete"]), st.sampled_from([1, 2, 3]),
+                          st.sampled_from([b"a", b"b", b"old"])), max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_OPS, _OPS)
+def test_an_absorbed_overlay_answers_and_applies_as_the_one_it_took_in(
+    tmp_path_factory: pytest.TempPathFactory, first: list[tuple[str, int, bytes]],
+    second: list[tuple[str, int, bytes]],
+) -> None:
+    # An overlay folds in the writes of one that read through it (its apply
+    # failed): it then answers what that one answered, and what it would
+    # apply makes the snapshot so, with no delete of a key the snapshot lacks
+    # that only NOOVERWRITE puts wrote (a claim's pending record, completed
+    # in either, leaves no change).
+    env = lmdb.open(str(tmp_path_factory.mktemp("ov")), max_dbs=4)
+    dbs = {1: env.open_db(b"records"), 2: env.open_db(b"pending"), 3: env.open_db(b"meta")}
+    with env.begin(write=True) as txn:
+        for db in dbs.values():
+            txn.put(b"old", b"snapshot's", db=db)
+    older = _native.Overlay(dbs[1], dbs[2], dbs[3], env.begin())
+    newer = _native.Overlay(dbs[1], dbs[2], dbs[3], older)
+    for ov, steps in ((older, first), (newer, second)):
+        for n, (what, code, key) in enumerate(steps):
+            if what == "put":
+                ov.put(key, b"%d" % n, db=dbs[code])
+            elif what == "put-new":
+                ov.put(key, b"%d" % n, False, False, False, dbs[code])
+            else:
+                ov.delete(key, b"", dbs[code])
+        ov.record(0, 1)
+        ov.keep()
+    view = [newer.get(k, None, dbs[c]) for c in dbs for k in (b"a", b"b", b"old")]
+    older.absorb(newer)
+    assert [older.get(k, None, dbs[c]) for c in dbs for k in (b"a", b"b", b"old")] == view
+    changes = older.changes()
+    plain = {(code, key) for what, code, key in first + second if what == "put"}
+    assert not [(c, k) for c, k, v in changes if v is None and k != b"old" and (c, k) not in plain]
+    with env.begin(write=True) as txn:
+        for code, key, value in changes:
+            if value is None:
+                txn.delete(key, db=dbs[code])
+            else:
+                txn.put(key, value, db=dbs[code])
+        assert [txn.get(k, None, db=dbs[c]) for c in dbs for k in (b"a", b"b", b"old")] == view
+        txn.abort()
+    older.snapshot.abort()
+    env.close()
+
+
 def test_overlay_reads_its_own_writes_over_the_snapshot_and_logs_them_as_journal_ops(tmp_path: Path) -> None:
     env = lmdb.open(str(tmp_path), max_dbs=4)
     recs, pend, meta = (env.open_db(n) for n in (b"records", b"pending", b"meta"))
