@@ -143,6 +143,27 @@ def test_overlay_changes_come_in_bytes_order_per_database_and_group_as_applied(
     env.close()
 
 
+def _overlay_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[int, Any]]:
+    # An environment with the three databases an overlay covers, each
+    # holding b"old" (the snapshot's key), by journal code.
+    env = lmdb.open(str(tmp_path_factory.mktemp("ov")), max_dbs=4)
+    dbs = {1: env.open_db(b"records"), 2: env.open_db(b"pending"), 3: env.open_db(b"meta")}
+    with env.begin(write=True) as txn:
+        for db in dbs.values():
+            txn.put(b"old", b"snapshot's", db=db)
+    return env, dbs
+
+
+def _overlay_write(ov: Any, dbs: dict[int, Any], what: str, code: int, key: bytes, value: bytes) -> None:
+    # "put" (overwriting), "put-new" (NOOVERWRITE, as a claim's) or "delete".
+    if what == "put":
+        ov.put(key, value, db=dbs[code])
+    elif what == "put-new":
+        ov.put(key, value, False, False, False, dbs[code])
+    else:
+        ov.delete(key, b"", dbs[code])
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["put", "put-new", "delete", "keep", "rollback"]),
                           st.sampled_from([1, 2, 3]), st.sampled_from([b"a", b"b", b"c", b"old"]))))
@@ -151,11 +172,7 @@ def test_a_rollback_undoes_every_write_since_the_last_keep(
 ) -> None:
     # What an overlay answers and would apply after a rollback is what it
     # answered and would have applied at the last keep().
-    env = lmdb.open(str(tmp_path_factory.mktemp("ov")), max_dbs=4)
-    dbs = {1: env.open_db(b"records"), 2: env.open_db(b"pending"), 3: env.open_db(b"meta")}
-    with env.begin(write=True) as txn:
-        for db in dbs.values():
-            txn.put(b"old", b"snapshot's", db=db)
+    env, dbs = _overlay_env(tmp_path_factory)
     ov = _native.Overlay(dbs[1], dbs[2], dbs[3], env.begin())
 
     def seen() -> tuple[list[tuple[int, bytes, bytes | None]], list[bytes | None]]:
@@ -163,12 +180,8 @@ def test_a_rollback_undoes_every_write_since_the_last_keep(
 
     kept = seen()
     for n, (what, code, key) in enumerate(steps):
-        if what == "put":
-            ov.put(key, b"%d" % n, db=dbs[code])
-        elif what == "put-new":
-            ov.put(key, b"%d" % n, False, False, False, dbs[code])
-        elif what == "delete":
-            ov.delete(key, b"", dbs[code])
+        if what in ("put", "put-new", "delete"):
+            _overlay_write(ov, dbs, what, code, key, b"%d" % n)
         elif what == "keep":
             ov.record(0, n)  # the ops framed, as a log write takes them
             ov.keep()
@@ -195,21 +208,12 @@ def test_an_absorbed_overlay_answers_and_applies_as_the_one_it_took_in(
     # apply makes the snapshot so, with no delete of a key the snapshot lacks
     # that only NOOVERWRITE puts wrote (a claim's pending record, completed
     # in either, leaves no change).
-    env = lmdb.open(str(tmp_path_factory.mktemp("ov")), max_dbs=4)
-    dbs = {1: env.open_db(b"records"), 2: env.open_db(b"pending"), 3: env.open_db(b"meta")}
-    with env.begin(write=True) as txn:
-        for db in dbs.values():
-            txn.put(b"old", b"snapshot's", db=db)
+    env, dbs = _overlay_env(tmp_path_factory)
     older = _native.Overlay(dbs[1], dbs[2], dbs[3], env.begin())
     newer = _native.Overlay(dbs[1], dbs[2], dbs[3], older)
     for ov, steps in ((older, first), (newer, second)):
         for n, (what, code, key) in enumerate(steps):
-            if what == "put":
-                ov.put(key, b"%d" % n, db=dbs[code])
-            elif what == "put-new":
-                ov.put(key, b"%d" % n, False, False, False, dbs[code])
-            else:
-                ov.delete(key, b"", dbs[code])
+            _overlay_write(ov, dbs, what, code, key, b"%d" % n)
         ov.record(0, 1)
         ov.keep()
     view = [newer.get(k, None, dbs[c]) for c in dbs for k in (b"a", b"b", b"old")]
