@@ -16,7 +16,6 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.dict cimport PyDict_GetItem, PyDict_Keys, PyDict_Next, PyDict_Size
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_AsSsize_t
 from cpython.ref cimport PyObject, Py_DECREF, Py_INCREF, Py_XDECREF
-from cpython.set cimport PySet_Discard
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, qsort, realloc
 from libc.string cimport memcmp, memcpy, memset
@@ -2030,7 +2029,7 @@ cdef class Overlay:
     cdef object _records, _pending, _meta
     # Every key written here is in one of two maps of its database: the
     # fresh ones, keys put here that the snapshot lacks (key -> newest value;
-    # such a key deleted again leaves both), and the others (key -> newest
+    # such a key deleted again leaves its map), and the others (key -> newest
     # value, None once deleted). Two maps, not one and a set of the fresh
     # keys: a claim's put is one dict insert, its completion's delete one
     # dict delete.

@@ -52,8 +52,6 @@ def bind_store(batch_cls, tuple status_by_code, tuple leased_codes, small_bytes,
     _time_time = time.time
 
 
-#: bind_record()'s: verdicts.Record, the slot descriptors of its fields (in
-#: RECORD_FIELDS order) and verdicts.RecordState's members.
 cdef extern from "structmember.h":
     ctypedef struct PyMemberDef:
         int type
@@ -66,8 +64,9 @@ cdef extern from "Python.h":
     ctypedef struct PyMemberDescrObject:
         PyMemberDef *d_member
 
+#: bind_record()'s: verdicts.Record, where its fields' slots are (in
+#: RECORD_FIELDS order) and verdicts.RecordState's members.
 cdef object _record_cls = None
-#: Where in a Record each of its slots is (bind_record checked them).
 cdef Py_ssize_t _record_offsets[15]
 cdef object _rs_pending = None, _rs_unknown = None, _rs_completed = None
 

@@ -13,6 +13,8 @@ from posix.time cimport clock_gettime, timespec, CLOCK_REALTIME
 #: dedupstore/window.py's globals (bind_window): MAX_PENDING
 #: is read there at each call, as the module's own code would.
 cdef dict _wglobals = None
+
+
 cdef inline Py_ssize_t _max_pending() except? -1:
     # window.MAX_PENDING: a borrowed lookup, cheaper than Cython's for d[k].
     cdef PyObject *v = PyDict_GetItem(_wglobals, "MAX_PENDING")
