@@ -614,15 +614,18 @@ cdef inline uint32_t _record_gen(bytes kb):
     return (<uint32_t>p[2] << 24) | (<uint32_t>p[3] << 16) | (<uint32_t>p[4] << 8) | p[5]
 
 
-cdef bytes _new_key(bytes prefix, bytes key):
+cdef bytes _key_at(const char *prefix, const char *key, Py_ssize_t klen):
     # A fresh bytes object we own alone: its generation bytes are rewritten in
     # place while probing, which is safe because nothing else has seen it.
-    cdef Py_ssize_t klen = PyBytes_GET_SIZE(key)
     cdef bytes kb = PyBytes_FromStringAndSize(NULL, C_KEY_PREFIX_BYTES + klen)
     cdef char *p = PyBytes_AS_STRING(kb)
-    memcpy(p, PyBytes_AS_STRING(prefix), 2)
-    memcpy(p + C_KEY_PREFIX_BYTES, PyBytes_AS_STRING(key), klen)
+    memcpy(p, prefix, 2)
+    memcpy(p + C_KEY_PREFIX_BYTES, key, klen)
     return kb
+
+
+cdef inline bytes _new_key(bytes prefix, bytes key):
+    return _key_at(PyBytes_AS_STRING(prefix), PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))
 
 
 def record_key(bytes prefix, uint32_t gen, bytes key) -> bytes:
@@ -656,14 +659,9 @@ cdef bytes _unresolved_key(bytes prefix, bytes key):
     return out
 
 
-cdef bytes _record_key_of(bytes ukey):
+cdef inline bytes _record_key_of(bytes ukey):
     # _new_key of an _unresolved_key's namespace and business key.
-    cdef Py_ssize_t klen = PyBytes_GET_SIZE(ukey) - 2
-    cdef bytes kb = PyBytes_FromStringAndSize(NULL, C_KEY_PREFIX_BYTES + klen)
-    cdef char *p = PyBytes_AS_STRING(kb)
-    memcpy(p, PyBytes_AS_STRING(ukey), 2)
-    memcpy(p + C_KEY_PREFIX_BYTES, PyBytes_AS_STRING(ukey) + 2, klen)
-    return kb
+    return _key_at(PyBytes_AS_STRING(ukey), PyBytes_AS_STRING(ukey) + 2, PyBytes_GET_SIZE(ukey) - 2)
 
 
 def bloom_key(bytes prefix, uint32_t gen) -> bytes:
@@ -905,7 +903,8 @@ cdef class Space:
     cdef uint64_t _gs_ver
     cdef gen_state _gs
     # The same for the stored eviction frontier (_frontier): read through
-    # _fr_of at its meta_version _fr_ver, NO_FRONTIER for none stored.
+    # _fr_of at its meta_version _fr_ver, NO_FRONTIER for none stored (no
+    # initial_frontier is below it).
     cdef object _fr_of
     cdef uint64_t _fr_ver
     cdef int64_t _fr
@@ -1386,9 +1385,7 @@ cdef class Space:
                 self._fr_of = get
                 self._fr_ver = (<Overlay>get).meta_version
                 self._fr = stored
-        if stored == NO_FRONTIER or stored < self.initial_frontier:
-            return self.initial_frontier
-        return stored
+        return stored if stored > self.initial_frontier else self.initial_frontier
 
     def frontier(self, txn) -> int:
         """The eviction frontier (microseconds) as committed in ``txn``'s snapshot."""
