@@ -34,9 +34,16 @@ often per call than at full speed.
     count by verdict  BatchResult.counts() of a batch of 100, per key: a
                       dict lookup keyed by each verdict (Status's hash)
 
+With ``--where SCENARIO`` it tells where one scenario's instructions go
+instead: per call, each of the package's own functions with what it and
+its callees take (inclusive), and the functions anywhere (the interpreter's
+and libc's too) whose own code takes the most (exclusive), from the same
+two runs' difference, by ``callgrind_annotate``.
+
 It needs valgrind (Debian's package); without it, it says so and exits 0.
 
     cd /tmp && /path/to/.venv/bin/python /path/to/benches/bench_instructions.py [--calls 3000] [--json]
+    cd /tmp && /path/to/.venv/bin/python /path/to/benches/bench_instructions.py --where claim [--top 20]
 """
 
 from __future__ import annotations
@@ -128,8 +135,8 @@ SCENARIOS = {
 }
 
 
-def count(what: str, n: int, workdir: str, most: int | None = None) -> int:
-    """The main thread's instructions for ``n`` iterations of ``what``;
+def _profile(what: str, n: int, workdir: str, most: int | None = None) -> Path:
+    """The main thread's callgrind profile of ``n`` iterations of ``what``;
     ``most``: the largest ``n`` the scenario is counted at (what it sets up
     must not depend on ``n``), ``n`` if not given."""
     out = Path(workdir) / f"cg.{what}.{n}"
@@ -138,11 +145,92 @@ def count(what: str, n: int, workdir: str, most: int | None = None) -> int:
          sys.executable, "-c", CHILD, what, str(n), workdir, str(n if most is None else most)],
         check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
-    main = Path(f"{out}-01")
-    m = re.search(r"^summary:\s+(\d+)", main.read_text(errors="replace"), re.M)
+    return Path(f"{out}-01")
+
+
+def _summary(profile: Path) -> int:
+    """A profile's instruction count in all."""
+    m = re.search(r"^summary:\s+(\d+)", profile.read_text(errors="replace"), re.M)
     if m is None:
-        raise RuntimeError(f"no summary in {main}")
+        raise RuntimeError(f"no summary in {profile}")
     return int(m.group(1))
+
+
+def count(what: str, n: int, workdir: str, most: int | None = None) -> int:
+    """The main thread's instructions for ``n`` iterations of ``what``
+    (``most`` as for _profile)."""
+    return _summary(_profile(what, n, workdir, most))
+
+
+#: A line of callgrind_annotate's function list: count, share, file:function [object].
+_ANNOTATED = re.compile(r"^\s*([\d,]+) \(\s*[\d.]+%\)\s+(?:\S*?:)?(\S+?)(?: \[(\S+)\])?$")
+#: Cython's names: __pyx_f_ (a cdef function), __pyx_pw_ (a def's wrapper),
+#: then the module (10dedupstore 7_native), then a class's length-prefixed name.
+_CYTHON = re.compile(r"^__pyx_(f|pw)_10dedupstore_7_native_(\w+)$")
+
+
+def readable(name: str) -> str:
+    """A function's name as the source spells it: Cython's mangled
+    ``__pyx_f_10dedupstore_7_native_5Space__claim`` is ``Space._claim``, a
+    def's wrapper ``__pyx_pw_..._9StoreCore_1claim`` is ``StoreCore.claim``;
+    a C function keeps its name (callgrind's ``'2`` for a recursive call and
+    gcc's ``.isra.0`` dropped)."""
+    name = re.sub(r"'\d+$", "", name).split(".", 1)[0]
+    m = _CYTHON.match(name)
+    if m is None:
+        return name
+    kind, rest = m.groups()
+    size = re.match(r"\d+", rest)
+    if size is None:  # a module-level function: its name follows the module's
+        return rest
+    cls = rest[size.end(): size.end() + int(size.group())]
+    member = rest[size.end() + int(size.group()) + 1:]
+    if kind == "pw":  # a wrapper's member name is numbered: 1claim
+        member = re.sub(r"^\d+", "", member)
+    return f"{cls}.{member}"
+
+
+def functions(profile: Path, inclusive: bool) -> dict[tuple[str, bool], int]:
+    """Instructions by (readable function name, whether it is the package's
+    own) in one profile, the lines of one name added up."""
+    text = subprocess.run(
+        ["callgrind_annotate", "--auto=no", f"--inclusive={'yes' if inclusive else 'no'}", "--threshold=100",
+         str(profile)],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    res: dict[tuple[str, bool], int] = {}
+    for line in text.splitlines():
+        m = _ANNOTATED.match(line)
+        if m is None or "PROGRAM TOTALS" in line:
+            continue
+        raw = line.split("%)", 1)[1].strip()
+        own = "dedupstore" in (m.group(3) or "") or "/csrc/" in raw or "dedupstore/" in raw.split(":", 1)[0]
+        key = (readable(m.group(2)), own)
+        res[key] = res.get(key, 0) + int(m.group(1).replace(",", ""))
+    return res
+
+
+def where(scenario: str, calls: int) -> dict[str, object]:
+    """Per call of ``scenario``: all instructions (``total``), the package's
+    own functions by inclusive instructions (Cython's generated glue,
+    ``__Pyx_*``, left out: it wraps the functions it calls), and all
+    functions by exclusive ones, largest first; from the difference of a run
+    with ``calls`` iterations and one with none."""
+    what, per = SCENARIOS[scenario]
+    n = max(1, calls // per) if per > 1 else calls
+    res: dict[str, object] = {}
+    with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR", "/tmp")) as workdir:
+        base, full = _profile(what, 0, workdir, n), _profile(what, n, workdir)
+        res["total"] = round((_summary(full) - _summary(base)) / (n * per))
+        for table, inclusive in (("inclusive", True), ("exclusive", False)):
+            b, f = functions(base, inclusive), functions(full, inclusive)
+            rows = [
+                (name, round((v - b.get((name, own), 0)) / (n * per)))
+                for (name, own), v in f.items()
+                if not inclusive or (own and not name.startswith("__Pyx_"))
+            ]
+            res[table] = sorted((r for r in rows if r[1] > 0), key=lambda r: -r[1])
+    return res
 
 
 def run(calls: int) -> dict[str, float]:
@@ -159,10 +247,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--calls", type=int, default=3000, help="iterations per scenario (rounds of 100: a hundredth)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--where", metavar="SCENARIO", choices=sorted(SCENARIOS),
+                    help="where one scenario's instructions go, by function")
+    ap.add_argument("--top", type=int, default=20, help="with --where: functions shown per table")
     args = ap.parse_args(argv)
     if shutil.which("valgrind") is None:
         print("bench_instructions: valgrind is not installed (apt-get install valgrind); skipped")
         return 0
+    if args.where is not None:
+        return _print_where(args)
     res = run(args.calls)
     if args.json:
         print(json.dumps({"calls": args.calls, "instructions": res}, indent=2))
@@ -170,6 +263,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"instructions of the calling thread per call (callgrind; {args.calls:,} calls per scenario)")
         for name, v in res.items():
             print(f"  {name:16s} {v:10,}")
+    return 0
+
+
+def _print_where(args: argparse.Namespace) -> int:
+    res = where(args.where, args.calls)
+    if args.json:
+        print(json.dumps({"scenario": args.where, "calls": args.calls, **res}, indent=2))
+        return 0
+    total = res["total"]
+    assert isinstance(total, int)
+    print(f"where {args.where!r} spends its instructions, per call (callgrind, {args.calls:,} calls):"
+          f" {total:,} in all")
+    for table, what in (("inclusive", "the package's functions, with their callees"),
+                        ("exclusive", "all functions, their own code only")):
+        print(f"  {what}:")
+        rows = res[table]
+        assert isinstance(rows, list)
+        for name, v in rows[: args.top]:
+            print(f"    {v:8,} {100.0 * v / total:5.1f}%  {name}")
     return 0
 
 

@@ -1,6 +1,7 @@
 """benches/bench_instructions.py: its child runs every scenario against the
-installed package under callgrind, and more calls count more instructions.
-No count is judged against a figure."""
+installed package under callgrind, more calls count more instructions, and
+``--where`` finds the package's functions by their source names. No count
+is judged against a figure."""
 
 from __future__ import annotations
 
@@ -11,10 +12,8 @@ from types import ModuleType
 import _benches
 import pytest
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed"),
-]
+#: The tests that run valgrind: slow, and skipped where it is not installed.
+under_valgrind = pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
 
 
 @pytest.fixture(scope="module")
@@ -22,6 +21,41 @@ def bench() -> ModuleType:
     return _benches.load("bench_instructions")
 
 
+@pytest.mark.parametrize(
+    ("mangled", "name"),
+    [
+        ("__pyx_f_10dedupstore_7_native_5Space__claim", "Space._claim"),
+        ("__pyx_pw_10dedupstore_7_native_9StoreCore_1claim", "StoreCore.claim"),
+        ("__pyx_pw_10dedupstore_7_native_9StoreCore_23claim_many", "StoreCore.claim_many"),
+        ("__pyx_f_10dedupstore_7_native__canon'2", "_canon"),
+        ("siphash.isra.0", "siphash"),
+        ("PyObject_Hash", "PyObject_Hash"),
+    ],
+)
+def test_readable_names_cython_functions_as_the_source_does(bench: ModuleType, mangled: str, name: str) -> None:
+    assert bench.readable(mangled) == name
+
+
+@pytest.mark.slow
+@under_valgrind
+def test_where_a_claim_goes_names_the_claim_path(bench: ModuleType) -> None:
+    res = bench.where("claim", 300)
+    assert res["total"] > 5_000, res["total"]
+    inclusive = dict(res["inclusive"])
+    # The package's own functions on a claim's path, each with at least one
+    # instruction a call; none of the glue Cython generates.
+    for name in ("StoreCore.claim", "Space._claim", "Hasher._intent_digest", "_canon"):
+        assert inclusive.get(name, 0) > 0, (name, sorted(inclusive))
+    assert not any(n.startswith("__Pyx_") for n in inclusive)
+    # A function's own code is part of what it and its callees take, and no
+    # function takes more than the call in all.
+    exclusive = dict(res["exclusive"])
+    assert 0 < exclusive["siphash"] <= inclusive["siphash"] <= res["total"]
+    assert inclusive["StoreCore.claim"] <= res["total"]
+
+
+@pytest.mark.slow
+@under_valgrind
 @pytest.mark.parametrize("scenario", ["claim", "claim, in flight", "claim+complete", "round(100)/key"])
 def test_more_calls_count_more_instructions(bench: ModuleType, scenario: str, tmp_path: Path) -> None:
     what, per = bench.SCENARIOS[scenario]
@@ -33,6 +67,8 @@ def test_more_calls_count_more_instructions(bench: ModuleType, scenario: str, tm
     assert some - none > calls * per * 5_000, (none, some)
 
 
+@pytest.mark.slow
+@under_valgrind
 def test_counting_by_verdict_counts_more_lookups(bench: ModuleType, tmp_path: Path) -> None:
     what, per = bench.SCENARIOS["count by verdict"]
     calls = 20
