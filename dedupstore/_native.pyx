@@ -731,7 +731,15 @@ LIVE_PENDING_MAX = 200_000
 #: generations' sealed filters are built; then the oldest goes first), and how
 #: many generations one may answer for and still be given up for their
 #: sealed filters (a longer run is given up only past LIVE_KEEP_MAX).
-LIVE_KEEP_MAX = 3
+#: A generation is sealed only once the next one has ended, and its filter
+#: built at the refresh after that (about once a second, behind eviction in
+#: the same thread): in generations of a few seconds (a short horizon, or
+#: an accelerated clock) that is several generations, each of them read in
+#: LMDB by every new key once its kept filter is gone. Eight kept with the
+#: newest answer for a whole horizon of up to 8 h (nine generations); a
+#: kept filter costs about what its sealed one will, and none is kept once
+#: the sealed ones are built.
+LIVE_KEEP_MAX = 8
 LIVE_SCAN_MAX = 64
 
 

@@ -57,12 +57,15 @@ def clock() -> list[float]:
     return [1_000_000.0]
 
 
-def open_store(path: Path, clock: list[float], durability: str = "flush", **kw: Any) -> DedupStore:
+def open_store(
+    path: Path, clock: list[float], durability: str = "flush", horizon: float = 80.0, lease: float = 3600.0,
+    **kw: Any,
+) -> DedupStore:
     store = DedupStore.open(
         path, durability=durability, partitions=1, eviction_rate=0, apply_interval=1.0, clock=lambda: clock[0], **kw
     )
     # 80 s: generations of 10 s (horizon / 8).
-    store.ensure_namespace(NS, horizon=80.0, lease=3600.0, allow_short_horizon=True)
+    store.ensure_namespace(NS, horizon=horizon, lease=lease, allow_short_horizon=True)
     return store
 
 
@@ -178,10 +181,14 @@ def test_filters_kept_for_unsealed_generations_are_bounded_and_forget_no_key(
 ) -> None:
     # No sealed filter is ever built here: past LIVE_KEEP_MAX the oldest
     # kept filter is dropped anyway, and its generations are read in LMDB.
-    with open_store(tmp_path / "s", clock) as store:
+    # A 12 h horizon: generations of an hour (the cap), more of them live
+    # than LIVE_KEEP_MAX + 1 (13); a lease that outlasts the test's hours.
+    rolls = _native.LIVE_KEEP_MAX + 3
+    assert rolls < 13
+    with open_store(tmp_path / "s", clock, horizon=12 * 3600.0, lease=86_400.0) as store:
         sp = store._live_namespace(NS).spaces[0]  # noqa: SLF001
         keys: list[str] = []
-        for g in range(7):
+        for g in range(rolls):
             for i in range(20):
                 key = f"g{g}.{i}"
                 res = store.claim(NS, key)
@@ -190,10 +197,10 @@ def test_filters_kept_for_unsealed_generations_are_bounded_and_forget_no_key(
                     store.complete(NS, key, res.token, key.encode())
                 keys.append(key)
             assert len(sp.live_older) <= _native.LIVE_KEEP_MAX
-            clock[0] += 10.0
+            clock[0] += 3600.0
         store.flush()
         assert store.claim(NS, "last").status is Status.NEW
-        assert sp.live_rolls == 7 and len(sp.live_older) == _native.LIVE_KEEP_MAX
+        assert sp.live_rolls == rolls and len(sp.live_older) == _native.LIVE_KEEP_MAX
         assert sp.live_from == sp.live_older[0].lo > 0
         assert live(store)["live_keys"] == sum(lf.keys for lf in [sp.live, *sp.live_older])
         for key in keys:
