@@ -64,7 +64,7 @@ def open_store(
     store = DedupStore.open(
         path, durability=durability, partitions=1, eviction_rate=0, apply_interval=1.0, clock=lambda: clock[0], **kw
     )
-    # 80 s: generations of 10 s (horizon / 8).
+    # By default 80 s: generations of 10 s (horizon / 8).
     store.ensure_namespace(NS, horizon=horizon, lease=lease, allow_short_horizon=True)
     return store
 
@@ -181,8 +181,8 @@ def test_filters_kept_for_unsealed_generations_are_bounded_and_forget_no_key(
 ) -> None:
     # No sealed filter is ever built here: past LIVE_KEEP_MAX the oldest
     # kept filter is dropped anyway, and its generations are read in LMDB.
-    # A 12 h horizon: generations of an hour (the cap), more of them live
-    # than LIVE_KEEP_MAX + 1 (13); a lease that outlasts the test's hours.
+    # A 12 h horizon: generations of an hour (the cap), 13 of them live,
+    # more than LIVE_KEEP_MAX + 1; a lease that outlasts the test's hours.
     rolls = _native.LIVE_KEEP_MAX + 3
     assert rolls < 13
     with open_store(tmp_path / "s", clock, horizon=12 * 3600.0, lease=86_400.0) as store:
