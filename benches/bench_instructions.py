@@ -156,6 +156,11 @@ def _summary(profile: Path) -> int:
     return int(m.group(1))
 
 
+def _iterations(calls: int, per: int) -> int:
+    """How many iterations of a scenario of ``per`` calls each make ``calls``."""
+    return max(1, calls // per) if per > 1 else calls
+
+
 def count(what: str, n: int, workdir: str, most: int | None = None) -> int:
     """The main thread's instructions for ``n`` iterations of ``what``
     (``most`` as for _profile)."""
@@ -217,7 +222,7 @@ def where(scenario: str, calls: int) -> dict[str, object]:
     functions by exclusive ones, largest first; from the difference of a run
     with ``calls`` iterations and one with none."""
     what, per = SCENARIOS[scenario]
-    n = max(1, calls // per) if per > 1 else calls
+    n = _iterations(calls, per)
     res: dict[str, object] = {}
     with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR", "/tmp")) as workdir:
         base, full = _profile(what, 0, workdir, n), _profile(what, n, workdir)
@@ -237,7 +242,7 @@ def run(calls: int) -> dict[str, float]:
     res = {}
     with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR", "/tmp")) as workdir:
         for name, (what, per) in SCENARIOS.items():
-            n = max(1, calls // per) if per > 1 else calls
+            n = _iterations(calls, per)
             base, full = count(what, 0, workdir, n), count(what, n, workdir)
             res[name] = round((full - base) / (n * per))
     return res
