@@ -17,7 +17,7 @@ STRICT = os.environ.get("DEDUPSTORE_STRICT_BUILD", "") not in ("", "0")
 
 CSRC = [
     "csrc/ds_hash.c", "csrc/ds_canon.c", "csrc/ds_record.c", "csrc/ds_decide.c", "csrc/ds_bloom.c", "csrc/ds_gsync.c",
-    "csrc/ds_log.c",
+    "csrc/ds_log.c", "csrc/ds_lmdb.c",
 ]
 
 compile_args = ["-std=c11", "-pthread", "-Wall", "-Wextra", "-Wno-unused-function", "-Wno-unused-parameter"]
@@ -35,6 +35,7 @@ extensions = [
         include_dirs=["csrc"],
         extra_compile_args=compile_args,
         extra_link_args=["-pthread"],  # csrc/ds_gsync.c's thread
+        libraries=["dl"],  # csrc/ds_lmdb.c: dlopen, dlsym (in libc itself since glibc 2.34)
         undef_macros=["NDEBUG"] if DEBUG else [],
     )
 ]

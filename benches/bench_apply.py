@@ -31,7 +31,11 @@ and by 1 MiB ones (a filesystem with large folios, ext4 on Linux 6.x, caches
 the latter in large folios, and a small write into one costs more; LMDB
 grows its file with writev of up to 64 pages).
 
-    cd /tmp && /work/main/.venv/bin/python /work/main/benches/bench_apply.py [--base 200000] [--reps 30]
+With ``--py-lmdb`` the apply's writes are py-lmdb's calls (each releasing
+and taking back the GIL), not LMDB's own with the GIL released once
+(csrc/ds_lmdb.h): run both to compare.
+
+    cd /tmp && /work/main/.venv/bin/python /work/main/benches/bench_apply.py [--base 200000] [--reps 30] [--py-lmdb]
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import dedupstore
-from dedupstore import DedupStore
+from dedupstore import DedupStore, _native
 
 SIZES = (1, 4, 16, 64, 256, 1024)
 
@@ -150,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", default=tempfile.gettempdir(), help="parent of the temporary store (default: /tmp)")
     ap.add_argument("--quick", action="store_true",
                     help="a smoke run: 2,000 keys, 3 reps, sizes 1 and 16, an 8 MiB page-write file")
+    ap.add_argument("--py-lmdb", action="store_true",
+                    help="make the apply's writes with py-lmdb's calls, not LMDB's own (csrc/ds_lmdb.h)")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     args = ap.parse_args(argv)
     base, reps = args.base, args.reps
@@ -163,11 +169,16 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--sizes must be increasing and at least 1; got {args.sizes!r}")
     if reps < 1 or base < 0:
         ap.error(f"--reps must be at least 1 and --base at least 0; got {reps} and {base}")
+    _native.set_lmdb_direct(not args.py_lmdb)
+    direct, why = _native.lmdb_direct()
     size, writes = ((8 << 20), 2000) if args.quick else ((64 << 20), 20_000)
     pages = {f"filled_by_{fill}": round(page_write_us(args.dir, fill, size, writes), 2) for fill in (4096, 1 << 20)}
-    out = measure(base, sizes, reps, args.complete, args.checkpoint_every, args.dir)
+    try:
+        out = measure(base, sizes, reps, args.complete, args.checkpoint_every, args.dir)
+    finally:
+        _native.set_lmdb_direct(True)  # the default again (the tests call main() in their process)
     out.update({"base": base, "reps": reps, "complete": args.complete, "checkpoint_every": args.checkpoint_every,
-                "page_write_us": pages, "version": dedupstore.__version__})
+                "page_write_us": pages, "lmdb_direct": direct, "version": dedupstore.__version__})
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
@@ -177,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"page write: 4 KiB pwrite at a random page, {pages['filled_by_4096']:.2f} us CPU where the file was "
           f"written in 4 KiB writes, {pages['filled_by_1048576']:.2f} us where in 1 MiB ones")
     print(f"dedupstore {dedupstore.__version__}: one write-behind apply (flush, 1 partition, {base:,} keys "
-          f"already in it, {pin}); {what}; median of {reps}")
+          f"already in it, {pin}); {what}; writes by {'LMDB directly' if direct else 'py-lmdb: ' + why}; "
+          f"median of {reps}")
     print(f"{'keys':>6s} {'us per apply':>13s} {'us per key':>11s} {'bytes written per key':>22s}")
     for r in out["rows"]:
         print(f"{r['keys']:6d} {r['apply_us']:13.1f} {r['per_key_us']:11.2f} {r['bytes_per_key']:22,d}")

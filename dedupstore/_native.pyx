@@ -1442,6 +1442,8 @@ cdef class Space:
         cdef long deleted = 0
         cdef bytes start
         cdef bint positioned
+        cdef object direct
+        cdef long n
         cur = txn.cursor(db=self.records)
         while budget > 0 and oldest < current:
             gen_end = (<int64_t>oldest + 1) * self.gen_len
@@ -1454,7 +1456,14 @@ cdef class Space:
                 frontier = gen_end
                 txn.put(self.frontier_key, int.to_bytes(frontier, 8, "little", signed=True), False, True, False,
                         self.meta)
-            while positioned and budget > 0:
+            # LMDB's own calls, without the GIL (_lmdb.pxi); else py-lmdb's,
+            # pausing for the calls (each hands the GIL over).
+            direct = _lmdb_delete_prefix(txn, self.records, start, budget) if positioned else None
+            if direct is not None:
+                n, positioned = direct
+                deleted += n
+                budget -= n
+            while direct is None and positioned and budget > 0:
                 if not cur.key().startswith(start):
                     positioned = False
                     break
@@ -2429,3 +2438,4 @@ cdef class Overlay:
 include "_gsync.pxi"
 include "_wcore.pxi"
 include "_score.pxi"
+include "_lmdb.pxi"

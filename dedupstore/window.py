@@ -751,7 +751,9 @@ class Window(_native.WindowCore):
         """One transaction writing ``changes`` (an overlay's
         :meth:`~dedupstore._native.Overlay.write_set`) and ``W`` (deleted if
         ``owner`` is None), then running ``op`` (if given: its result is
-        returned); a full map is checkpointed once and retried. ``helped``
+        returned); a full map is checkpointed once and retried. The writes are
+        LMDB's own calls, made without the GIL (:func:`_native.lmdb_write`),
+        where py-lmdb allows it. Otherwise, ``helped``
         (flush mode, the store's own thread, ``applying`` held): the calls
         that come meanwhile make the puts and deletes, a slice each, while
         this thread waits for them without the GIL (:class:`_Job`); this
@@ -765,7 +767,10 @@ class Window(_native.WindowCore):
             while True:
                 txn = self._env.begin(write=True)
                 try:
-                    calls_helped = (self._write_helped if helped else self._write)(txn, changes, owner)
+                    # With LMDB's own calls the writes need no GIL, so the
+                    # calls need not make them.
+                    write = self._write_helped if helped and not _native.lmdb_direct()[0] else self._write
+                    calls_helped = write(txn, changes, owner)
                     if op is not None:
                         result = op(txn)
                     t1 = time.perf_counter()
@@ -826,10 +831,13 @@ class Window(_native.WindowCore):
             )
         dbs = self._dbs
         _, puts, deletes = changes
-        for code, key in deletes:
-            txn.delete(key, db=dbs[code])
-        for code, items in puts:
-            txn.cursor(db=dbs[code]).putmulti(items)
+        # LMDB's own calls, the GIL released once for all (csrc/ds_lmdb.h);
+        # else py-lmdb's, which release it around each.
+        if not _native.lmdb_write(txn, dbs, puts, deletes):
+            for code, key in deletes:
+                txn.delete(key, db=dbs[code])
+            for code, items in puts:
+                txn.cursor(db=dbs[code]).putmulti(items)
         self._put_owner(txn, owner)
         return False  # no call made a slice
 

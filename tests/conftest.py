@@ -11,7 +11,7 @@ import pytest
 from _service import KINDS
 from _service import authority as _authority
 
-from dedupstore import DedupStore
+from dedupstore import DedupStore, _native
 
 
 class FakeClock:
@@ -25,6 +25,16 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+@pytest.fixture(params=["direct", "py-lmdb"])
+def lmdb_way(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Applies and eviction by LMDB's own calls (the default) or py-lmdb's
+    (where the direct way is not available: dedupstore/_lmdb.pxi)."""
+    _native.set_lmdb_direct(request.param == "direct")
+    assert _native.lmdb_direct()[0] == (request.param == "direct")
+    yield request.param
+    _native.set_lmdb_direct(True)
 
 
 @pytest.fixture

@@ -10,16 +10,24 @@ from types import ModuleType
 import _benches
 import pytest
 
+from dedupstore import _native
+
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
     return _benches.load("bench_apply")
 
 
-@pytest.mark.parametrize("extra", [[], ["--complete", "--checkpoint-every", "0"]], ids=["claims", "completed-pinned"])
+@pytest.mark.parametrize(
+    "extra",
+    [[], ["--complete", "--checkpoint-every", "0"], ["--py-lmdb"]],
+    ids=["claims", "completed-pinned", "py-lmdb"],
+)
 def test_every_size_is_applied(bench: ModuleType, extra: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert bench.main(["--quick", "--json", *extra]) == 0
     out = json.loads(capsys.readouterr().out)
+    assert out["lmdb_direct"] is ("--py-lmdb" not in extra)
+    assert _native.lmdb_direct()[0]  # the default again afterwards
     assert out["base"] == 2000 and out["reps"] == 3 and out["complete"] == ("--complete" in extra)
     assert [row["keys"] for row in out["rows"]] == [1, 16]
     for row in out["rows"]:

@@ -109,7 +109,7 @@ def test_frontier_survives_reopen_and_never_moves_back(store_path: Path, clock: 
         assert s.stats()["namespaces"]["n"]["frontier"] == frontier
 
 
-def test_eviction_budget_and_steps_keep_invariants(store_path: Path, clock: FakeClock) -> None:
+def test_eviction_budget_and_steps_keep_invariants(store_path: Path, clock: FakeClock, lmdb_way: str) -> None:
     with _open(store_path, clock, eviction_batch=7) as s:
         seen = _fill(s, clock, steps=30, per_step=30)
         last_frontier = 0.0

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -558,9 +558,11 @@ def applies(monkeypatch: pytest.MonkeyPatch) -> Callable[[], tuple[list[str], th
 
 
 @pytest.fixture
-def slices(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """One key a slice, the flusher never tired of waiting for the calls;
-    the names of the threads that made each slice."""
+def slices(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """py-lmdb's writes (the calls make an apply's only then: LMDB's own
+    need no GIL), one key a slice, the flusher never tired of waiting for
+    the calls; the names of the threads that made each slice."""
+    _native.set_lmdb_direct(False)
     monkeypatch.setattr(window, "SLICE_KEYS", 1)
     monkeypatch.setattr(window, "HELP_WAIT_S", 3600.0)
     made: list[str] = []
@@ -571,7 +573,8 @@ def slices(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         real(self)
 
     monkeypatch.setattr(window._Job, "_step", spy)
-    return made
+    yield made
+    _native.set_lmdb_direct(True)
 
 
 def _posted(win: window.Window) -> window._Job:

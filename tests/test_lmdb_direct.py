@@ -1,0 +1,136 @@
+"""An apply's writes and eviction's deletes by LMDB's own calls
+(csrc/ds_lmdb.c, dedupstore/_lmdb.pxi): the same effect as py-lmdb's calls,
+and py-lmdb's way whenever the direct one cannot be used."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import pytest
+
+from dedupstore import DedupStore, _native
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[tuple[Any, dict[int, Any]]]:
+    e = lmdb.open(str(tmp_path / "env"), max_dbs=4, map_size=1 << 24)
+    yield e, {1: e.open_db(b"one"), 2: e.open_db(b"two")}
+    e.close()
+
+
+def _contents(e: Any, dbs: dict[int, Any]) -> dict[int, list[tuple[bytes, bytes]]]:
+    with e.begin() as txn:
+        return {code: list(txn.cursor(db=db)) for code, db in dbs.items()}
+
+
+def test_the_direct_way_is_found_with_py_lmdb_3() -> None:
+    # The package's pinned py-lmdb is 3.x: if this fails, every apply has
+    # silently gone back to py-lmdb's calls (lmdb_direct says why).
+    assert lmdb.__version__.startswith("3.")
+    assert _native.lmdb_direct() == (True, "")
+
+
+def test_writes_are_the_same_as_py_lmdbs(tmp_path: Path) -> None:
+    ways = {}
+    for way in ("direct", "py-lmdb"):
+        e = lmdb.open(str(tmp_path / way), max_dbs=4, map_size=1 << 26)
+        dbs = {1: e.open_db(b"one"), 2: e.open_db(b"two")}
+        with e.begin(write=True) as txn:
+            for i in range(0, 3000, 3):
+                txn.put(b"k%05d" % i, b"old", db=dbs[1 + i % 2])
+        r = random.Random(7)  # the same writes both ways
+        puts = [(code, sorted({b"k%05d" % r.randrange(3000): b"v" * r.randrange(1, 600) for _ in range(800)}.items()))
+                for code in (1, 2)]
+        deletes = [(1 + j % 2, b"k%05d" % j) for j in range(0, 3000, 7)]  # some absent: no error
+        deletes = [(c, k) for c, k in deletes if all(k not in dict(items) for _, items in puts)]
+        txn = e.begin(write=True)
+        if way == "direct":
+            assert _native.lmdb_write(txn, dbs, puts, deletes)
+        else:
+            for code, key in deletes:
+                txn.delete(key, db=dbs[code])
+            for code, items in puts:
+                txn.cursor(db=dbs[code]).putmulti(items)
+        txn.commit()
+        ways[way] = _contents(e, dbs)
+        e.close()
+    assert ways["direct"] == ways["py-lmdb"]
+    assert sum(len(v) for v in ways["direct"].values()) > 1000
+
+
+def test_a_cursor_of_the_transaction_sees_the_direct_writes(env: tuple[Any, dict[int, Any]]) -> None:
+    e, dbs = env
+    with e.begin(write=True) as txn:
+        cur = txn.cursor(db=dbs[1])
+        txn.put(b"a", b"1", db=dbs[1])
+        assert cur.first() and cur.key() == b"a"
+        assert _native.lmdb_write(txn, dbs, [(1, [(b"a", b"2"), (b"b", b"3")])], [])
+        assert cur.value() == b"2"  # re-read: py-lmdb counts the writes it did not make
+        assert cur.next() and cur.item() == (b"b", b"3")
+
+
+@pytest.mark.parametrize("case", ["read-only", "not bytes", "another environment", "turned off"])
+def test_what_the_direct_way_does_not_take_is_left_untouched(
+    env: tuple[Any, dict[int, Any]], tmp_path: Path, case: str
+) -> None:
+    e, dbs = env
+    puts: list[Any] = [(1, [(b"a", b"1"), (b"b", b"2")])]
+    if case == "read-only":
+        with e.begin() as txn:
+            assert _native.lmdb_write(txn, dbs, puts, []) is False
+        return
+    other = lmdb.open(str(tmp_path / "other"), max_dbs=2)
+    try:
+        if case == "not bytes":
+            puts = [(1, [(b"a", b"1"), (b"b", bytearray(b"2"))])]
+        elif case == "another environment":
+            puts.append((2, [(b"c", b"3")]))
+            dbs = {**dbs, 2: other.open_db(b"two")}
+        else:
+            _native.set_lmdb_direct(False)
+            assert _native.lmdb_direct() == (False, "turned off by set_lmdb_direct(False)")
+        with e.begin(write=True) as txn:
+            assert _native.lmdb_write(txn, dbs, puts, []) is False
+            assert txn.get(b"a", db=dbs[1]) is None  # checked before anything was written
+    finally:
+        _native.set_lmdb_direct(True)
+        other.close()
+    assert _native.lmdb_direct()[0]
+
+
+def test_a_full_map_raises_py_lmdbs_error_and_loses_nothing_committed(tmp_path: Path) -> None:
+    e = lmdb.open(str(tmp_path / "small"), max_dbs=2, map_size=1 << 20)
+    db = e.open_db(b"one")
+    with e.begin(write=True) as txn:
+        txn.put(b"kept", b"x", db=db)
+    txn = e.begin(write=True)
+    big = [(b"k%06d" % i, b"v" * 900) for i in range(5000)]  # 4.5 MB into a 1 MiB map
+    with pytest.raises(lmdb.MapFullError, match="mdb_put: MDB_MAP_FULL"):
+        _native.lmdb_write(txn, {1: db}, [(1, big)], [])
+    txn.abort()
+    with e.begin() as txn:
+        assert list(txn.cursor(db=db)) == [(b"kept", b"x")]
+    e.close()
+
+
+def test_a_flush_mode_store_applies_with_no_slices_made_by_the_calls(tmp_path: Path) -> None:
+    # LMDB's own calls need no GIL, so the flusher makes the whole apply
+    # while the calls go on (py-lmdb's way has the calls make slices:
+    # test_window.py's tests of _Job).
+    with DedupStore.open(tmp_path / "s", durability="flush", apply_interval="5ms", partitions=1) as s:
+        s.ensure_namespace("n")
+        for i in range(3000):
+            r = s.claim("n", f"k{i}", {"i": i})
+            s.complete("n", r.key, r.token, b"ok")
+            if i % 300 == 0:
+                time.sleep(0.05)  # the flusher's applies, beside the calls
+        s.flush()
+        win = s.stats()["partition_stats"][0]["write_behind"]
+        assert win["applies"] > 1 and win["applied_keys"] >= 3000
+        assert win["helped_applies"] == win["call_slices"] == 0
+        assert s.claim("n", "k2999", {"i": 2999}).outcome == b"ok"
