@@ -171,7 +171,10 @@ def lmdb_write(txn, dict dbs, list puts, list deletes):
     False, nothing written, if that way is not available (lmdb_direct) or
     the arguments are not what it takes: the caller makes them py-lmdb's
     way. An LMDB error raises py-lmdb's (lmdb.MapFullError for a full map);
-    the transaction can then only be aborted."""
+    the transaction can then only be aborted. py-lmdb's Environment.close
+    does not wait for these calls as it does for its own: the caller keeps
+    the environment open meanwhile (the store closes a partition only under
+    the locks its applies and evictions hold)."""
     cdef void *handle = NULL
     cdef const ds_lmdb_engine *e
     cdef ds_lmdb_write *w

@@ -784,11 +784,16 @@ class DedupStore(_native.StoreCore):
         errors = []
         if not forked:
             # Closing LMDB in a forked child would release the parent's locks.
-            for p in self._parts:
-                try:
-                    p.close()  # a last checkpoint: everything returned so far is durable
-                except Exception as exc:
-                    errors.append(exc)
+            # An eviction a caller's thread is making finishes first: its
+            # deletes may be LMDB's own calls, which py-lmdb's close does not
+            # wait for (an apply's are under the window's lock, which the
+            # partition's close takes).
+            with self._evict_lock:
+                for p in self._parts:
+                    try:
+                        p.close()  # a last checkpoint: everything returned so far is durable
+                    except Exception as exc:
+                        errors.append(exc)
             if self._journal is not None:
                 # Every partition checkpointed: the journal is covered. If one
                 # failed, its segments stay for a later open to replay or retire.
