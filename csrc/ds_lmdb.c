@@ -20,6 +20,7 @@ static int bind_engine(void *handle, const char *prefix, ds_lmdb_engine *e) {
         return -1;
     DS_BIND(put, "put")
     DS_BIND(del, "del")
+    DS_BIND(get, "get")
     DS_BIND(txn_env, "txn_env")
     DS_BIND(strerror, "strerror")
     DS_BIND(cursor_open, "cursor_open")

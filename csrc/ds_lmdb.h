@@ -45,6 +45,7 @@ typedef struct ds_lmdb_engine {
     const void *table;  /* py-lmdb's function table for the engine: its identity */
     int (*put)(void *txn, unsigned int dbi, ds_mdb_val *key, ds_mdb_val *data, unsigned int flags);
     int (*del)(void *txn, unsigned int dbi, ds_mdb_val *key, ds_mdb_val *data);
+    int (*get)(void *txn, unsigned int dbi, ds_mdb_val *key, ds_mdb_val *data);
     void *(*txn_env)(void *txn);
     const char *(*strerror)(int err);
     int (*cursor_open)(void *txn, unsigned int dbi, void **cursor);

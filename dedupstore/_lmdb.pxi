@@ -8,8 +8,12 @@ import lmdb as _pylmdb
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 
 cdef extern from "ds_lmdb.h":
+    ctypedef struct ds_mdb_val:
+        size_t mv_size
+        void *mv_data
     ctypedef struct ds_lmdb_engine:
         const void *table
+        int (*get)(void *txn, unsigned int dbi, ds_mdb_val *key, ds_mdb_val *data)
         void *(*txn_env)(void *txn)
         const char *(*strerror)(int err)
     ctypedef struct ds_lmdb:
@@ -21,6 +25,7 @@ cdef extern from "ds_lmdb.h":
         size_t val_len
         unsigned int dbi
         int del_ "del"
+    int DS_MDB_NOTFOUND
     int DS_MDB_MAP_FULL
     int DS_MDB_TXN_FULL
     int ds_lmdb_bind(ds_lmdb *api, const char *path, char *why, size_t why_len)
@@ -68,6 +73,11 @@ cdef extern from *:
 
 
 cdef ds_lmdb _lmdb_api
+# py-lmdb's types, looked up once (a module attribute each call costs more
+# than the checks themselves).
+cdef type _txn_type = _pylmdb.Transaction
+cdef type _env_type = _pylmdb.Environment
+cdef type _db_type = _pylmdb._Database
 cdef int _lmdb_state = 0  # 0: not tried yet, 1: bound, -1: not available (_lmdb_why says why)
 _lmdb_why = ""
 
@@ -114,18 +124,19 @@ def set_lmdb_direct(bint enabled):
         _lmdb_state, _lmdb_why = -1, "turned off by set_lmdb_direct(False)"
 
 
-cdef const ds_lmdb_engine *_lmdb_txn(object txn, void **handle):
-    # ``txn``'s engine and MDB_txn handle if it is a live py-lmdb write
-    # transaction whose layout checks out; NULL otherwise.
+cdef const ds_lmdb_engine *_lmdb_txn(object txn, void **handle, bint write=True):
+    # ``txn``'s engine and MDB_txn handle if it is a live py-lmdb
+    # transaction (a write one if ``write``) whose layout checks out; NULL
+    # otherwise.
     cdef ds_pylmdb_txn *t
     cdef ds_pylmdb_env *env
     cdef const ds_lmdb_engine *e
-    if type(txn) is not _pylmdb.Transaction:
+    if type(txn) is not _txn_type:
         return NULL
     t = <ds_pylmdb_txn *><PyObject *>txn
-    if not t.h.valid or t.txn == NULL or t.env == NULL or t.flags & DS_PYLMDB_TRANS_RDONLY:
+    if not t.h.valid or t.txn == NULL or t.env == NULL or (write and t.flags & DS_PYLMDB_TRANS_RDONLY):
         return NULL
-    if type(<object>t.env) is not _pylmdb.Environment:
+    if type(<object>t.env) is not _env_type:
         return NULL
     env = <ds_pylmdb_env *>t.env
     if env.libv != t.libv:
@@ -140,7 +151,7 @@ cdef const ds_lmdb_engine *_lmdb_txn(object txn, void **handle):
 cdef int _lmdb_dbi(object db, PyObject *env, unsigned int *dbi):
     # A py-lmdb database handle of environment ``env``: 1 and its dbi, or 0.
     cdef ds_pylmdb_db *d
-    if type(db) is not _pylmdb._Database:
+    if type(db) is not _db_type:
         return 0
     d = <ds_pylmdb_db *><PyObject *>db
     if not d.h.valid or d.env != env:
@@ -258,3 +269,29 @@ cdef object _lmdb_delete_prefix(object txn, object db, bytes prefix, long budget
     if rc != 0:
         _lmdb_raise(e, rc, "mdb_cursor_del")
     return (deleted, more != 0)
+
+
+cdef object _lmdb_get(object txn, bytes key, object db):
+    # ``txn.get(key, None, db)``: by LMDB's own mdb_get where ``txn`` is a
+    # py-lmdb transaction that checks out, holding the GIL throughout (a
+    # read of mapped pages: py-lmdb hands the GIL over for it, and the
+    # caller then waits to take it back from whichever thread took it).
+    cdef void *handle = NULL
+    cdef const ds_lmdb_engine *e
+    cdef unsigned int dbi
+    cdef ds_mdb_val k, v
+    cdef int rc
+    if _lmdb_state == 0:
+        _lmdb_bind()
+    if _lmdb_state == 1:
+        e = _lmdb_txn(txn, &handle, False)
+        if e != NULL and _lmdb_dbi(db, (<ds_pylmdb_txn *><PyObject *>txn).env, &dbi):
+            k.mv_size = PyBytes_GET_SIZE(key)
+            k.mv_data = PyBytes_AS_STRING(key)
+            rc = e.get(handle, dbi, &k, &v)
+            if rc == 0:
+                return PyBytes_FromStringAndSize(<char *>v.mv_data, v.mv_size)
+            if rc == DS_MDB_NOTFOUND:
+                return None
+            _lmdb_raise(e, rc, "mdb_get")
+    return txn.get(key, None, db)

@@ -2165,10 +2165,10 @@ cdef class Overlay:
         # What the snapshot (or the overlay read through) holds; None: absent.
         cdef object v
         if code != 3:
-            return self.snapshot.get(key, None, db)
+            return _lmdb_get(self.snapshot, key, db)
         v = self._seen.get(key, _ABSENT)
         if v is _ABSENT:
-            v = self.snapshot.get(key, None, db)
+            v = _lmdb_get(self.snapshot, key, db)
             self._seen[key] = v
         return v
 

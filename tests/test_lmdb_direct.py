@@ -13,7 +13,7 @@ from typing import Any
 import lmdb
 import pytest
 
-from dedupstore import DedupStore, _native
+from dedupstore import DedupStore, Status, _native
 
 
 @pytest.fixture
@@ -134,3 +134,23 @@ def test_a_flush_mode_store_applies_with_no_slices_made_by_the_calls(tmp_path: P
         assert win["applies"] > 1 and win["applied_keys"] >= 3000
         assert win["helped_applies"] == win["call_slices"] == 0
         assert s.claim("n", "k2999", {"i": 2999}).outcome == b"ok"
+
+
+def test_claims_read_applied_records_the_same_either_way(tmp_path: Path, lmdb_way: str) -> None:
+    # Once applied, a window's records are read from its LMDB snapshot
+    # (by mdb_get directly, or py-lmdb's get): every verdict the same.
+    with DedupStore.open(tmp_path / "s", durability="flush", partitions=2) as s:
+        s.ensure_namespace("n")
+        for i in range(500):
+            r = s.claim("n", f"k{i}", {"i": i})
+            if i % 5:
+                s.complete("n", r.key, r.token, b"out%d" % i)
+        s.flush()
+        for i in range(500):
+            again = s.claim("n", f"k{i}", {"i": i})
+            if i % 5:
+                assert again.status is Status.DUPLICATE and again.outcome == b"out%d" % i
+            else:
+                assert again.status is Status.IN_PROGRESS
+        assert s.claim("n", "k1", {"i": -1}).status is Status.CONFLICT
+        assert s.claim("n", "never", {"i": 0}).status is Status.NEW
