@@ -1,5 +1,6 @@
-/* Direct calls into the LMDB that py-lmdb carries, for the writes that
- * should not need the GIL.
+/* Direct calls into the LMDB that py-lmdb carries: an apply's writes and
+ * eviction's deletes without the GIL, and a window's snapshot reads with it
+ * kept.
  *
  * py-lmdb releases the GIL around every put, delete and get, and takes it
  * back after each: an apply of thousands of puts hands the GIL to and fro

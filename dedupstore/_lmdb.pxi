@@ -1,7 +1,9 @@
 # Included at the end of _native.pyx: an apply's writes made by LMDB itself,
 # through csrc/ds_lmdb.c, with the GIL released once for all of them instead
 # of around each put (py-lmdb's way). dedupstore/window.py's Window._write
-# calls lmdb_write and falls back to py-lmdb's calls when it answers False.
+# calls lmdb_write and falls back to py-lmdb's calls when it answers False;
+# Space.evict_step deletes a generation with _lmdb_delete_prefix, and an
+# Overlay reads its snapshot with _lmdb_get, each falling back likewise.
 
 import lmdb as _pylmdb
 
