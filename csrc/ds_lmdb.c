@@ -117,3 +117,40 @@ int ds_lmdb_delete_prefix(const ds_lmdb_engine *e, void *txn, unsigned int dbi, 
     *deleted = n;
     return rc;
 }
+
+int ds_lmdb_scan_open(const ds_lmdb_engine *e, void *txn, unsigned int dbi, const void *prefix, size_t prefix_len,
+                      ds_lmdb_scan *s) {
+    ds_mdb_val val;
+    int rc = e->cursor_open(txn, dbi, &s->cursor);
+    if (rc != 0) {
+        s->cursor = NULL;
+        return rc;
+    }
+    s->key.mv_size = prefix_len;
+    s->key.mv_data = (void *)prefix;
+    s->rc = e->cursor_get(s->cursor, &s->key, &val, DS_MDB_SET_RANGE);
+    return s->rc == DS_MDB_NOTFOUND ? 0 : s->rc;
+}
+
+int ds_lmdb_scan_hash(const ds_lmdb_engine *e, ds_lmdb_scan *s, const void *prefix, size_t prefix_len, size_t skip,
+                      const ds_hash_key *hk, uint64_t *out, size_t max, size_t *n, int *done) {
+    ds_mdb_val val;
+    size_t i = 0;
+    *done = 0;
+    while (i < max) {
+        if (s->rc != 0 || !has_prefix(&s->key, prefix, prefix_len) || s->key.mv_size < skip) {
+            *done = 1;
+            break;
+        }
+        out[i++] = ds_siphash64(hk, (const uint8_t *)s->key.mv_data + skip, s->key.mv_size - skip);
+        s->rc = e->cursor_get(s->cursor, &s->key, &val, DS_MDB_NEXT);
+    }
+    *n = i;
+    return s->rc == 0 || s->rc == DS_MDB_NOTFOUND ? 0 : s->rc;
+}
+
+void ds_lmdb_scan_close(const ds_lmdb_engine *e, ds_lmdb_scan *s) {
+    if (s->cursor != NULL)
+        e->cursor_close(s->cursor);
+    s->cursor = NULL;
+}

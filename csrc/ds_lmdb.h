@@ -27,6 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ds_hash.h"
+
 /* lmdb.h's MDB_val. */
 typedef struct ds_mdb_val {
     size_t mv_size;
@@ -39,6 +41,7 @@ typedef struct ds_mdb_val {
 #define DS_MDB_TXN_FULL (-30788)
 /* lmdb.h's MDB_cursor_op values used here. */
 #define DS_MDB_GET_CURRENT 4
+#define DS_MDB_NEXT 8
 #define DS_MDB_SET_RANGE 17
 
 /* One engine's functions (opaque MDB_txn, MDB_dbi as unsigned int). */
@@ -95,5 +98,29 @@ int ds_lmdb_write_all(const ds_lmdb_engine *e, void *txn, const ds_lmdb_write *w
  * Without the GIL, as ds_lmdb_write_all. */
 int ds_lmdb_delete_prefix(const ds_lmdb_engine *e, void *txn, unsigned int dbi, const void *prefix, size_t prefix_len,
                           long budget, long *deleted, int *more);
+
+/* A pass over the keys of one database that begin with a prefix, in key
+ * order, hashing each (ds_siphash64 of the key past its first ``skip``
+ * bytes) in chunks: ds_lmdb_scan_open positions it, each
+ * ds_lmdb_scan_hash takes the next keys' hashes, ds_lmdb_scan_close ends
+ * it (also after its read transaction has ended). Read-only: run with the
+ * GIL held, and hand it over between chunks only if nothing can end the
+ * transaction meanwhile. */
+typedef struct ds_lmdb_scan {
+    void *cursor;
+    ds_mdb_val key;
+    int rc;  /* the cursor's last answer: 0 on a key, else NOTFOUND or an error */
+} ds_lmdb_scan;
+
+int ds_lmdb_scan_open(const ds_lmdb_engine *e, void *txn, unsigned int dbi, const void *prefix, size_t prefix_len,
+                      ds_lmdb_scan *s);
+
+/* Up to ``max`` hashes into ``out``: 0 and their count in ``*n`` (fewer
+ * than ``max`` only at the prefix's end; ``*done`` then 1), or an LMDB
+ * error code. */
+int ds_lmdb_scan_hash(const ds_lmdb_engine *e, ds_lmdb_scan *s, const void *prefix, size_t prefix_len, size_t skip,
+                      const ds_hash_key *hk, uint64_t *out, size_t max, size_t *n, int *done);
+
+void ds_lmdb_scan_close(const ds_lmdb_engine *e, ds_lmdb_scan *s);
 
 #endif

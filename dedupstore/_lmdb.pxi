@@ -34,6 +34,13 @@ cdef extern from "ds_lmdb.h":
     const ds_lmdb_engine *ds_lmdb_engine_of(const ds_lmdb *api, const void *table)
     int ds_lmdb_write_all(const ds_lmdb_engine *e, void *txn, const ds_lmdb_write *w, size_t n,
                           size_t *done) nogil
+    ctypedef struct ds_lmdb_scan:
+        pass
+    int ds_lmdb_scan_open(const ds_lmdb_engine *e, void *txn, unsigned int dbi, const void *prefix,
+                          size_t prefix_len, ds_lmdb_scan *s)
+    int ds_lmdb_scan_hash(const ds_lmdb_engine *e, ds_lmdb_scan *s, const void *prefix, size_t prefix_len,
+                          size_t skip, const ds_hash_key *hk, uint64_t *out, size_t max, size_t *n, int *done)
+    void ds_lmdb_scan_close(const ds_lmdb_engine *e, ds_lmdb_scan *s)
     int ds_lmdb_delete_prefix(const ds_lmdb_engine *e, void *txn, unsigned int dbi, const void *prefix,
                               size_t prefix_len, long budget, long *deleted, int *more) nogil
 
@@ -297,3 +304,104 @@ cdef object _lmdb_get(object txn, bytes key, object db):
                 return None
             _lmdb_raise(e, rc, "mdb_get")
     return txn.get(key, None, db)
+
+
+cdef enum:
+    # A direct filter build in a store's own thread hands the GIL over
+    # (_pause) every this many keys: about as long a hold as a call's slice
+    # of an apply made py-lmdb's way.
+    SCAN_CHUNK_KEYS = 256
+    # Hashes taken per step when they are only counted or added.
+    SCAN_SCRATCH = 4096
+
+#: build_bloom's answer when the direct way cannot be taken.
+_NOT_DIRECT = object()
+
+
+cdef int _scan_pass(const ds_lmdb_engine *e, object txn, void *handle, unsigned int dbi, bytes start,
+                    const ds_hash_key *hk, uint64_t **hashes, size_t *cap, size_t max_gathered,
+                    BloomFilter bf, bint pause, size_t *count) except -1:
+    # One pass of _lmdb_bloom over the keys beginning with ``start``: their
+    # hashes gathered into ``*hashes`` (grown up to ``max_gathered``; past
+    # that ``*hashes`` is freed and set NULL, and the rest only counted), or
+    # with ``bf`` added to it. ``*count``: keys seen.
+    cdef ds_lmdb_scan scan
+    cdef uint64_t scratch[SCAN_SCRATCH]
+    cdef uint64_t *grown
+    cdef size_t n = 0, got = 0, take, since = 0
+    cdef int done = 0, rc
+    cdef const char *p = PyBytes_AS_STRING(start)
+    cdef size_t plen = PyBytes_GET_SIZE(start)
+    rc = ds_lmdb_scan_open(e, handle, dbi, p, plen, &scan)
+    try:
+        while rc == 0 and not done:
+            if bf is None and hashes[0] != NULL and n == cap[0]:
+                if cap[0] >= max_gathered:
+                    free(hashes[0])
+                    hashes[0] = NULL  # only counted from here on
+                else:
+                    grown = <uint64_t *>realloc(hashes[0], min(2 * cap[0], max_gathered) * sizeof(uint64_t))
+                    if grown == NULL:
+                        raise MemoryError()
+                    hashes[0], cap[0] = grown, min(2 * cap[0], max_gathered)
+            take = SCAN_CHUNK_KEYS - since if pause else SCAN_SCRATCH
+            if bf is None and hashes[0] != NULL:
+                take = min(take, cap[0] - n)
+                rc = ds_lmdb_scan_hash(e, &scan, p, plen, C_KEY_PREFIX_BYTES, hk, hashes[0] + n, take, &got, &done)
+            else:
+                take = min(take, <size_t>SCAN_SCRATCH)
+                rc = ds_lmdb_scan_hash(e, &scan, p, plen, C_KEY_PREFIX_BYTES, hk, scratch, take, &got, &done)
+                if bf is not None:
+                    ds_bloom_add_many(&bf.b, scratch, got)
+            n += got
+            since += got
+            if pause and since >= SCAN_CHUNK_KEYS and not done:
+                since = 0
+                _pause()
+                if not (<ds_pylmdb_txn *><PyObject *>txn).h.valid:
+                    raise _pylmdb.Error("the read transaction ended during a filter build")
+        if rc != 0:
+            _lmdb_raise(e, rc, "mdb_cursor_get")
+    finally:
+        ds_lmdb_scan_close(e, &scan)
+    count[0] = n
+    return 0
+
+
+cdef object _lmdb_bloom(object txn, object db, bytes start, const ds_hash_key *hk, double fp_rate, uint64_t tag,
+                        size_t max_gathered, bint pause):
+    # Space.build_bloom's filter by a direct pass over the generation (the
+    # GIL held, handed over every SCAN_CHUNK_KEYS keys if ``pause``):
+    # the filter, None if no key begins with ``start``, or _NOT_DIRECT.
+    cdef void *handle = NULL
+    cdef const ds_lmdb_engine *e
+    cdef unsigned int dbi
+    cdef size_t cap = max(1, min(4096, max_gathered)), n = 0
+    cdef uint64_t *hashes
+    cdef BloomFilter bf
+    if _lmdb_state == 0:
+        _lmdb_bind()
+    if _lmdb_state != 1:
+        return _NOT_DIRECT
+    e = _lmdb_txn(txn, &handle, False)
+    if e == NULL or not _lmdb_dbi(db, (<ds_pylmdb_txn *><PyObject *>txn).env, &dbi):
+        return _NOT_DIRECT
+    hashes = <uint64_t *>malloc(cap * sizeof(uint64_t))
+    if hashes == NULL:
+        raise MemoryError()
+    if max_gathered == 0:
+        free(hashes)
+        hashes = NULL
+    try:
+        _scan_pass(e, txn, handle, dbi, start, hk, &hashes, &cap, max_gathered, None, pause, &n)
+        if n == 0:
+            return None
+        bf = BloomFilter(n, fp_rate, tag)
+        if hashes != NULL:
+            ds_bloom_add_many(&bf.b, hashes, n)
+            return bf
+        # Too many to gather: a second pass adds them.
+        _scan_pass(e, txn, handle, dbi, start, hk, &hashes, &cap, max_gathered, bf, pause, &n)
+        return bf
+    finally:
+        free(hashes)

@@ -1319,10 +1319,11 @@ cdef class Space:
         holds no record. One cursor pass gathers the keys' hashes (8 bytes a
         key, at most ``max_gathered`` of them, freed on return), then the
         filter, sized to their count, takes them all; a larger generation is
-        counted in that pass and added in a second. Each cursor step hands
-        the GIL over (py-lmdb), so a second pass doubles that as well as the
-        reads. ``pause_every`` > 0: every that many keys, a pause
-        (:func:`_pause`)."""
+        counted in that pass and added in a second. The passes are LMDB's own
+        cursor, the GIL held, where py-lmdb allows it (_lmdb.pxi: with
+        ``pause_every`` > 0, a pause every SCAN_CHUNK_KEYS keys); else
+        py-lmdb's, each step handing the GIL over (``pause_every`` > 0: every
+        that many keys, a pause, :func:`_pause`)."""
         cdef bytes start = record_key(self.prefix, gen, b"")
         cdef Py_ssize_t n = 0, cap = max(1, min(4096, max_gathered))
         cdef uint64_t *hashes = <uint64_t *>malloc(cap * sizeof(uint64_t))
@@ -1330,6 +1331,12 @@ cdef class Space:
         cdef bint gathered = True
         cdef BloomFilter bf
         cdef bytes k
+        # LMDB's own cursor, the GIL held (_lmdb.pxi), else py-lmdb's.
+        cdef object direct = _lmdb_bloom(txn, self.records, start, &self.hasher.key, fp_rate, tag,
+                                         <size_t>max(0, max_gathered), pause_every > 0)
+        if direct is not _NOT_DIRECT:
+            free(hashes)
+            return direct
         if hashes == NULL:
             raise MemoryError()
         try:

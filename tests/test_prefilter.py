@@ -108,9 +108,12 @@ def test_the_background_refresh_builds_from_lmdb_as_it_stands(store_path: Path, 
         assert all(r.status is Status.DUPLICATE for r in s.claim_many("n", keys))
 
 
-def test_a_generation_too_large_to_gather_in_one_pass_gets_the_same_filter(store_path: Path, clock: FakeClock) -> None:
+def test_a_generation_too_large_to_gather_in_one_pass_gets_the_same_filter(
+    store_path: Path, clock: FakeClock, lmdb_way: str
+) -> None:
     # build_bloom gathers at most max_gathered hashes in its one pass; past
-    # that it counts, then reads the generation again: the filter is the same.
+    # that it counts, then reads the generation again: the filter is the same,
+    # read by LMDB's own cursor or by py-lmdb's.
     with _open(store_path, clock, partitions=1) as s:
         keys = _fill(s, clock, gens=3)
         s.refresh_prefilter()
@@ -122,6 +125,10 @@ def test_a_generation_too_large_to_gather_in_one_pass_gets_the_same_filter(store
             tiny = space.build_bloom(txn, gen, 0.01, 7, max_gathered=0)
             # The store's own threads pause every few keys (a call waiting for the GIL gets it): the same filter.
             paused = [space.build_bloom(txn, gen, 0.01, 7, max_gathered=m, pause_every=7) for m in (10_000, 10)]
+            _native.set_lmdb_direct(lmdb_way != "direct")  # the other way
+            other = space.build_bloom(txn, gen, 0.01, 7)
+            _native.set_lmdb_direct(lmdb_way == "direct")
+        assert other is not None and other.to_bytes() == one.to_bytes()
         assert one is not None and two is not None and tiny is not None
         assert one.to_bytes() == two.to_bytes() == tiny.to_bytes()
         assert [bf.to_bytes() if bf else None for bf in paused] == [one.to_bytes()] * 2
