@@ -133,14 +133,16 @@ def set_lmdb_direct(bint enabled):
         _lmdb_state, _lmdb_why = -1, "turned off by set_lmdb_direct(False)"
 
 
-cdef const ds_lmdb_engine *_lmdb_txn(object txn, void **handle, bint write=True):
-    # ``txn``'s engine and MDB_txn handle if it is a live py-lmdb
-    # transaction (a write one if ``write``) whose layout checks out; NULL
-    # otherwise.
+cdef const ds_lmdb_engine *_lmdb_txn(object txn, void **handle, bint write=True) except? NULL:
+    # ``txn``'s engine and MDB_txn handle if the direct way is available
+    # (lmdb_direct) and ``txn`` is a live py-lmdb transaction (a write one if
+    # ``write``) whose layout checks out; NULL otherwise.
     cdef ds_pylmdb_txn *t
     cdef ds_pylmdb_env *env
     cdef const ds_lmdb_engine *e
-    if type(txn) is not _txn_type:
+    if _lmdb_state == 0:
+        _lmdb_bind()
+    if _lmdb_state != 1 or type(txn) is not _txn_type:
         return NULL
     t = <ds_pylmdb_txn *><PyObject *>txn
     if not t.h.valid or t.txn == NULL or t.env == NULL or (write and t.flags & DS_PYLMDB_TRANS_RDONLY):
@@ -204,10 +206,6 @@ def lmdb_write(txn, dict dbs, list puts, list deletes):
     cdef int rc
     cdef tuple item
     cdef list items
-    if _lmdb_state == 0:
-        _lmdb_bind()
-    if _lmdb_state != 1:
-        return False
     e = _lmdb_txn(txn, &handle)
     if e == NULL:
         return False
@@ -263,10 +261,6 @@ cdef object _lmdb_delete_prefix(object txn, object db, bytes prefix, long budget
     cdef unsigned int dbi
     cdef long deleted = 0
     cdef int more = 0, rc
-    if _lmdb_state == 0:
-        _lmdb_bind()
-    if _lmdb_state != 1:
-        return None
     e = _lmdb_txn(txn, &handle)
     if e == NULL or not _lmdb_dbi(db, (<ds_pylmdb_txn *><PyObject *>txn).env, &dbi):
         return None
@@ -290,19 +284,16 @@ cdef object _lmdb_get(object txn, bytes key, object db):
     cdef unsigned int dbi
     cdef ds_mdb_val k, v
     cdef int rc
-    if _lmdb_state == 0:
-        _lmdb_bind()
-    if _lmdb_state == 1:
-        e = _lmdb_txn(txn, &handle, False)
-        if e != NULL and _lmdb_dbi(db, (<ds_pylmdb_txn *><PyObject *>txn).env, &dbi):
-            k.mv_size = PyBytes_GET_SIZE(key)
-            k.mv_data = PyBytes_AS_STRING(key)
-            rc = e.get(handle, dbi, &k, &v)
-            if rc == 0:
-                return PyBytes_FromStringAndSize(<char *>v.mv_data, v.mv_size)
-            if rc == DS_MDB_NOTFOUND:
-                return None
-            _lmdb_raise(e, rc, "mdb_get")
+    e = _lmdb_txn(txn, &handle, False)
+    if e != NULL and _lmdb_dbi(db, (<ds_pylmdb_txn *><PyObject *>txn).env, &dbi):
+        k.mv_size = PyBytes_GET_SIZE(key)
+        k.mv_data = PyBytes_AS_STRING(key)
+        rc = e.get(handle, dbi, &k, &v)
+        if rc == 0:
+            return PyBytes_FromStringAndSize(<char *>v.mv_data, v.mv_size)
+        if rc == DS_MDB_NOTFOUND:
+            return None
+        _lmdb_raise(e, rc, "mdb_get")
     return txn.get(key, None, db)
 
 
@@ -379,19 +370,12 @@ cdef object _lmdb_bloom(object txn, object db, bytes start, const ds_hash_key *h
     cdef size_t cap = max(1, min(4096, max_gathered)), n = 0
     cdef uint64_t *hashes
     cdef BloomFilter bf
-    if _lmdb_state == 0:
-        _lmdb_bind()
-    if _lmdb_state != 1:
-        return _NOT_DIRECT
     e = _lmdb_txn(txn, &handle, False)
     if e == NULL or not _lmdb_dbi(db, (<ds_pylmdb_txn *><PyObject *>txn).env, &dbi):
         return _NOT_DIRECT
-    hashes = <uint64_t *>malloc(cap * sizeof(uint64_t))
-    if hashes == NULL:
+    hashes = NULL if max_gathered == 0 else <uint64_t *>malloc(cap * sizeof(uint64_t))
+    if hashes == NULL and max_gathered != 0:
         raise MemoryError()
-    if max_gathered == 0:
-        free(hashes)
-        hashes = NULL
     try:
         _scan_pass(e, txn, handle, dbi, start, hk, &hashes, &cap, max_gathered, None, pause, &n)
         if n == 0:

@@ -1326,7 +1326,7 @@ cdef class Space:
         that many keys, a pause, :func:`_pause`)."""
         cdef bytes start = record_key(self.prefix, gen, b"")
         cdef Py_ssize_t n = 0, cap = max(1, min(4096, max_gathered))
-        cdef uint64_t *hashes = <uint64_t *>malloc(cap * sizeof(uint64_t))
+        cdef uint64_t *hashes
         cdef uint64_t *grown
         cdef bint gathered = True
         cdef BloomFilter bf
@@ -1335,8 +1335,8 @@ cdef class Space:
         cdef object direct = _lmdb_bloom(txn, self.records, start, &self.hasher.key, fp_rate, tag,
                                          <size_t>max(0, max_gathered), pause_every > 0)
         if direct is not _NOT_DIRECT:
-            free(hashes)
             return direct
+        hashes = <uint64_t *>malloc(cap * sizeof(uint64_t))
         if hashes == NULL:
             raise MemoryError()
         try:
