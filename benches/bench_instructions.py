@@ -40,10 +40,21 @@ its callees take (inclusive), and the functions anywhere (the interpreter's
 and libc's too) whose own code takes the most (exclusive), from the same
 two runs' difference, by ``callgrind_annotate``.
 
+With ``--cold`` it counts, per call, the cache lines the calling thread
+fetches when its caches start cold, as a consumer's call after its sleep
+does (``benches/bench_cold.py`` times that): callgrind simulates this
+machine's first-level caches (32 KiB, 8-way) and a last level of 1 MiB, and
+before each iteration the child writes to every line of a 4 MiB buffer (as
+many writes in the run with no iterations, so they cancel). It prints the
+instructions, the lines fetched into the first level and those fetched from
+memory past the last, instruction and data apart; with ``--where`` it ranks
+functions by lines fetched from memory.
+
 It needs valgrind (Debian's package); without it, it says so and exits 0.
 
     cd /tmp && /path/to/.venv/bin/python /path/to/benches/bench_instructions.py [--calls 3000] [--json]
     cd /tmp && /path/to/.venv/bin/python /path/to/benches/bench_instructions.py --where claim [--top 20]
+    cd /tmp && /path/to/.venv/bin/python /path/to/benches/bench_instructions.py --cold [--where 'round(1)']
 """
 
 from __future__ import annotations
@@ -62,7 +73,8 @@ from pathlib import Path
 CHILD = r"""
 import os, sys, tempfile, time
 from dedupstore import DedupStore
-what, n, most = sys.argv[1], int(sys.argv[2]), int(sys.argv[4])
+what, n, most, cold = sys.argv[1], int(sys.argv[2]), int(sys.argv[4]), sys.argv[5] == "cold"
+LL = int(sys.argv[6])
 aged = what == "claim_aged"
 clock = [time.time() - 13 * 3600]
 # valgrind cannot reserve the default map (256 GiB of address space).
@@ -92,33 +104,42 @@ def round_of(tag):
 for i in range(20 if size > 1 else 200):
     round_of(f"w{i}")
 keys = [f"k{i}" for i in range(n)]
-if what in ("claim", "claim_aged"):
-    for k in keys:
-        s.claim("ns", k, intent, event_time=t)
-elif what == "claim_inflight":
+if what == "claim_inflight":
     # As many keys claimed (and applied) in every run of the scenario, so
     # that only the second claims differ between them.
     for i in range(most):
         s.claim("ns", f"k{i}", intent, event_time=t)
     s.flush()
-    for k in keys:
-        s.claim("ns", k, intent, event_time=t)
+if what == "counts":
+    b = s.claim_many("ns", [f"c{j}" for j in range(100)], [intent] * 100, event_times=[t] * 100)
+if what in ("claim", "claim_aged", "claim_inflight"):
+    step = lambda k: s.claim("ns", k, intent, event_time=t)
 elif what == "single":
-    for k in keys:
+    def step(k):
         r = s.claim("ns", k, intent, event_time=t)
         s.complete("ns", r.key, r.token, b"ok")
 elif what == "counts":
-    # BatchResult.counts() of one batch of 100, n times: a dict lookup per
-    # key by its verdict, as a consumer counting verdicts makes.
-    b = s.claim_many("ns", [f"c{j}" for j in range(100)], [intent] * 100, event_times=[t] * 100)
-    for _ in range(n):
-        b.counts()
+    # BatchResult.counts() of one batch of 100: a dict lookup per key by
+    # its verdict, as a consumer counting verdicts makes.
+    step = lambda k: b.counts()
 elif what == "claim_many1":
+    step = lambda k: s.claim_many("ns", [k], ints, event_times=ets)
+else:
+    step = round_of
+if cold:
+    # Every iteration after a write to each 64-byte line of a buffer four
+    # times the simulated last-level cache; `most` writes in every run, so
+    # that the runs' difference is the calls' own.
+    junk = bytearray(4 * LL)
+    zeros = bytes(len(range(0, len(junk), 64)))
     for k in keys:
-        s.claim_many("ns", [k], ints, event_times=ets)
+        junk[::64] = zeros
+        step(k)
+    for _ in range(most - n):
+        junk[::64] = zeros
 else:
     for k in keys:
-        round_of(k)
+        step(k)
 sys.stdout.flush()
 os._exit(0)  # no close: its last apply and checkpoint would count
 """
@@ -135,25 +156,47 @@ SCENARIOS = {
 }
 
 
-def _profile(what: str, n: int, workdir: str, most: int | None = None) -> Path:
+#: The caches callgrind simulates with ``--cold``: this machine's first
+#: level (32 KiB, 8-way, per core) and a last level of 1 MiB, 16-way (callgrind
+#: models two levels; the child's buffer is four times that).
+CACHES = ("--I1=32768,8,64", "--D1=32768,8,64", "--LL=1048576,16,64")
+LL_BYTES = 1 << 20
+#: The events a --cold profile's counts are read as: instructions, lines
+#: fetched into the first level (instructions, data read, data written) and
+#: from memory past the last level (the same three).
+COLD_EVENTS = ("Ir", "I1mr", "D1mr", "D1mw", "ILmr", "DLmr", "DLmw")
+
+
+def _profile(what: str, n: int, workdir: str, most: int | None = None, cold: bool = False) -> Path:
     """The main thread's callgrind profile of ``n`` iterations of ``what``;
     ``most``: the largest ``n`` the scenario is counted at (what it sets up
-    must not depend on ``n``), ``n`` if not given."""
-    out = Path(workdir) / f"cg.{what}.{n}"
+    must not depend on ``n``), ``n`` if not given. ``cold``: caches
+    simulated, and each iteration after the child has written over four
+    times the last level."""
+    out = Path(workdir) / f"cg.{what}.{n}{'.cold' if cold else ''}"
+    sim = ["--cache-sim=yes", *CACHES] if cold else []
     subprocess.run(
-        ["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}",
-         sys.executable, "-c", CHILD, what, str(n), workdir, str(n if most is None else most)],
+        ["valgrind", "--tool=callgrind", "--separate-threads=yes", *sim, f"--callgrind-out-file={out}",
+         sys.executable, "-c", CHILD, what, str(n), workdir, str(n if most is None else most),
+         "cold" if cold else "warm", str(LL_BYTES)],
         check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     return Path(f"{out}-01")
 
 
+def _events(profile: Path) -> dict[str, int]:
+    """A profile's counts in all, by event (``Ir``; with --cold, the misses too)."""
+    text = profile.read_text(errors="replace")
+    names = re.search(r"^events:\s+(.+)$", text, re.M)
+    summary = re.search(r"^summary:\s+([\d ]+)$", text, re.M)
+    if names is None or summary is None:
+        raise RuntimeError(f"no summary in {profile}")
+    return dict(zip(names.group(1).split(), map(int, summary.group(1).split()), strict=True))
+
+
 def _summary(profile: Path) -> int:
     """A profile's instruction count in all."""
-    m = re.search(r"^summary:\s+(\d+)", profile.read_text(errors="replace"), re.M)
-    if m is None:
-        raise RuntimeError(f"no summary in {profile}")
-    return int(m.group(1))
+    return _events(profile)["Ir"]
 
 
 def _iterations(calls: int, per: int) -> int:
@@ -195,12 +238,13 @@ def readable(name: str) -> str:
     return f"{cls}.{member}"
 
 
-def functions(profile: Path, inclusive: bool) -> dict[tuple[str, bool], int]:
-    """Instructions by (readable function name, whether it is the package's
-    own) in one profile, the lines of one name added up."""
+def functions(profile: Path, inclusive: bool, event: str = "Ir") -> dict[tuple[str, bool], int]:
+    """``event``'s counts (instructions by default) by (readable function
+    name, whether it is the package's own) in one profile, the lines of one
+    name added up."""
     text = subprocess.run(
         ["callgrind_annotate", "--auto=no", f"--inclusive={'yes' if inclusive else 'no'}", "--threshold=100",
-         str(profile)],
+         f"--show={event}", f"--sort={event}", str(profile)],
         check=True, capture_output=True, text=True,
     ).stdout
     res: dict[tuple[str, bool], int] = {}
@@ -215,25 +259,35 @@ def functions(profile: Path, inclusive: bool) -> dict[tuple[str, bool], int]:
     return res
 
 
-def where(scenario: str, calls: int) -> dict[str, object]:
+#: With --cold, what --where ranks functions by: lines from memory
+#: (instruction reads, data reads and writes that missed the last level).
+MEMORY = ("ILmr", "DLmr", "DLmw")
+
+
+def where(scenario: str, calls: int, cold: bool = False) -> dict[str, object]:
     """Per call of ``scenario``: all instructions (``total``), the package's
     own functions by inclusive instructions (Cython's generated glue,
     ``__Pyx_*``, left out: it wraps the functions it calls), and all
     functions by exclusive ones, largest first; from the difference of a run
-    with ``calls`` iterations and one with none."""
+    with ``calls`` iterations and one with none. ``cold``: the same of the
+    lines each call fetched from memory, its caches cold (``total`` then
+    counts those lines)."""
     what, per = SCENARIOS[scenario]
     n = _iterations(calls, per)
+    events = MEMORY if cold else ("Ir",)
     res: dict[str, object] = {}
     with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR", "/tmp")) as workdir:
-        base, full = _profile(what, 0, workdir, n), _profile(what, n, workdir)
-        res["total"] = round((_summary(full) - _summary(base)) / (n * per))
+        base, full = _profile(what, 0, workdir, n, cold), _profile(what, n, workdir, cold=cold)
+        fe, be = _events(full), _events(base)
+        res["total"] = round(sum(fe[e] - be[e] for e in events) / (n * per))
         for table, inclusive in (("inclusive", True), ("exclusive", False)):
-            b, f = functions(base, inclusive), functions(full, inclusive)
-            rows = [
-                (name, round((v - b.get((name, own), 0)) / (n * per)))
-                for (name, own), v in f.items()
-                if not inclusive or (own and not name.startswith("__Pyx_"))
-            ]
+            diff: dict[str, int] = {}
+            for event in events:
+                b, f = functions(base, inclusive, event), functions(full, inclusive, event)
+                for (name, own), v in f.items():
+                    if not inclusive or (own and not name.startswith("__Pyx_")):
+                        diff[name] = diff.get(name, 0) + v - b.get((name, own), 0)
+            rows = ((name, round(v / (n * per))) for name, v in diff.items())
             res[table] = sorted((r for r in rows if r[1] > 0), key=lambda r: -r[1])
     return res
 
@@ -248,6 +302,17 @@ def run(calls: int) -> dict[str, float]:
     return res
 
 
+def run_cold(calls: int) -> dict[str, dict[str, float]]:
+    """Per scenario and call, its caches cold: each of COLD_EVENTS."""
+    res = {}
+    with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR", "/tmp")) as workdir:
+        for name, (what, per) in SCENARIOS.items():
+            n = _iterations(calls, per)
+            base, full = _events(_profile(what, 0, workdir, n, True)), _events(_profile(what, n, workdir, cold=True))
+            res[name] = {e: round((full[e] - base[e]) / (n * per), 1) for e in COLD_EVENTS}
+    return res
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--calls", type=int, default=3000, help="iterations per scenario (rounds of 100: a hundredth)")
@@ -255,12 +320,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--where", metavar="SCENARIO", choices=sorted(SCENARIOS),
                     help="where one scenario's instructions go, by function")
     ap.add_argument("--top", type=int, default=20, help="with --where: functions shown per table")
+    ap.add_argument("--cold", action="store_true",
+                    help="the cache lines each call fetches after its caches are cold (simulated caches)")
     args = ap.parse_args(argv)
     if shutil.which("valgrind") is None:
         print("bench_instructions: valgrind is not installed (apt-get install valgrind); skipped")
         return 0
     if args.where is not None:
         return _print_where(args)
+    if args.cold:
+        cold = run_cold(args.calls)
+        if args.json:
+            print(json.dumps({"calls": args.calls, "caches": CACHES, "cold": cold}, indent=2))
+            return 0
+        print(f"per call of the calling thread, its caches cold (callgrind {' '.join(CACHES)}; "
+              f"{args.calls:,} calls per scenario): instructions, lines fetched into the first level, "
+              "lines fetched from memory")
+        print(f"  {'':16s} {'instr':>8s} {'L1 instr':>9s} {'L1 data':>8s} {'mem instr':>10s} {'mem data':>9s}")
+        for name, v in cold.items():
+            print(f"  {name:16s} {v['Ir']:8,.0f} {v['I1mr']:9,.1f} {v['D1mr'] + v['D1mw']:8,.1f} "
+                  f"{v['ILmr']:10,.1f} {v['DLmr'] + v['DLmw']:9,.1f}")
+        return 0
     res = run(args.calls)
     if args.json:
         print(json.dumps({"calls": args.calls, "instructions": res}, indent=2))
@@ -272,21 +352,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _print_where(args: argparse.Namespace) -> int:
-    res = where(args.where, args.calls)
+    res = where(args.where, args.calls, args.cold)
     if args.json:
-        print(json.dumps({"scenario": args.where, "calls": args.calls, **res}, indent=2))
+        print(json.dumps({"scenario": args.where, "calls": args.calls, "cold": args.cold, **res}, indent=2))
         return 0
     total = res["total"]
     assert isinstance(total, int)
-    print(f"where {args.where!r} spends its instructions, per call (callgrind, {args.calls:,} calls):"
-          f" {total:,} in all")
-    for table, what in (("inclusive", "the package's functions, with their callees"),
-                        ("exclusive", "all functions, their own code only")):
-        print(f"  {what}:")
+    what = "the lines it fetches from memory, its caches cold" if args.cold else "its instructions"
+    print(f"where {args.where!r} spends {what}, per call (callgrind, {args.calls:,} calls): {total:,} in all")
+    for table, title in (("inclusive", "the package's functions, with their callees"),
+                         ("exclusive", "all functions, their own code only")):
+        print(f"  {title}:")
         rows = res[table]
         assert isinstance(rows, list)
         for name, v in rows[: args.top]:
-            print(f"    {v:8,} {100.0 * v / total:5.1f}%  {name}")
+            print(f"    {v:8,} {100.0 * v / max(total, 1):5.1f}%  {name}")
     return 0
 
 

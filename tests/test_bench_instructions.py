@@ -76,3 +76,22 @@ def test_counting_by_verdict_counts_more_lookups(bench: ModuleType, tmp_path: Pa
     # 2,000 lookups of about 800 instructions each (2,600 with Enum's own
     # hash): 200 a lookup is a floor no working bench falls under.
     assert some - none > calls * per * 200, (none, some)
+
+
+@pytest.mark.slow
+@under_valgrind
+def test_a_cold_claim_fetches_lines_and_names_who_fetched_them(bench: ModuleType, tmp_path: Path) -> None:
+    what, _ = bench.SCENARIOS["claim"]
+    calls = 100
+    none = bench._events(bench._profile(what, 0, str(tmp_path), calls, True))
+    some = bench._events(bench._profile(what, calls, str(tmp_path), cold=True))
+    assert set(bench.COLD_EVENTS) <= set(some), sorted(some)
+    # A cold claim runs through tens of kilobytes of code: a hundred lines
+    # from memory a call is a floor no working bench falls under, and the
+    # buffer's writes, as many in both runs, must have cancelled (over
+    # 65,000 lines a write of 4 MiB).
+    fetched = sum(some[e] - none[e] for e in bench.MEMORY) / calls
+    assert 100 < fetched < 20_000, fetched
+    assert some["Ir"] - none["Ir"] > calls * 5_000
+    res = bench.where("claim", calls, cold=True)
+    assert dict(res["inclusive"]).get("StoreCore.claim", 0) > 0, res["inclusive"][:10]
