@@ -83,11 +83,33 @@ uint64_t ds_siphash64(const ds_hash_key *key, const void *data, size_t len)
     return ds_load_le64(out);
 }
 
-/* Slicing-by-8: eight bytes a step through eight tables (table k maps a
- * byte to its CRC followed by k zero bytes), about 4x the byte-at-a-time
- * loop's speed for a write-behind record of a few hundred bytes. */
+/* CRC-32 two ways, one result.
+ *
+ * Tables, slicing-by-8: eight bytes a step through eight tables (table k
+ * maps a byte to its CRC followed by k zero bytes), about 4x the
+ * byte-at-a-time loop's speed. But the tables are 8 KiB: a cold call (a
+ * consumer's, after its sleep) fetched about 90 of their 64-byte lines from
+ * memory for a round's two log records (benches/bench_instructions.py
+ * --cold), more than any other function of the package's.
+ *
+ * Carry-less multiplication (x86-64's PCLMULQDQ, where the CPU has it):
+ * the message folded 16 bytes a step into a 128-bit remainder by
+ * multiplying by constants x^n mod P, then reduced to 32 bits by Barrett's
+ * method; no tables. The method and its constants are those of Intel's
+ * "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ
+ * Instruction" (Gopal et al., 2009) for the reflected polynomial 0xEDB88320.
+ * What is left under 16 bytes goes byte by byte through the first table
+ * alone (1 KiB). */
 static uint32_t crc_table[8][256];
-static atomic_int crc_ready;
+/* 0: not set up; 1: the tables; 2: the tables and carry-less multiplication. */
+static atomic_int crc_way;
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define DS_CRC_CLMUL 1
+#include <immintrin.h>
+#else
+#define DS_CRC_CLMUL 0
+#endif
 
 static void crc_init(void)
 {
@@ -101,17 +123,36 @@ static void crc_init(void)
         for (int t = 1; t < 8; t++)
             crc_table[t][n] = crc_table[0][crc_table[t - 1][n] & 0xFF] ^ (crc_table[t - 1][n] >> 8);
     }
+    int way = 1;
+#if DS_CRC_CLMUL
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1"))
+        way = 2;
+#endif
     /* A racing first use computes the same tables again; the release store
      * makes them visible before the flag to any thread that sees it. */
-    atomic_store_explicit(&crc_ready, 1, memory_order_release);
+    atomic_store_explicit(&crc_way, way, memory_order_release);
 }
 
-uint32_t ds_crc32(uint32_t crc, const void *data, size_t len)
+static int crc_ready(void)
 {
-    const uint8_t *p = data;
-    if (!atomic_load_explicit(&crc_ready, memory_order_acquire))
-        crc_init();
-    crc = ~crc;
+    int way = atomic_load_explicit(&crc_way, memory_order_acquire);
+    if (way)
+        return way;
+    crc_init();
+    return atomic_load_explicit(&crc_way, memory_order_acquire);
+}
+
+/* The steps below take and give the CRC's register, inverted (~crc). */
+static uint32_t crc_bytes(uint32_t crc, const uint8_t *p, size_t len)
+{
+    while (len--)
+        crc = crc_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    return crc;
+}
+
+static uint32_t crc_slices(uint32_t crc, const uint8_t *p, size_t len)
+{
     while (len >= 8) {
         uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
         uint32_t hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;
@@ -121,7 +162,94 @@ uint32_t ds_crc32(uint32_t crc, const void *data, size_t len)
         p += 8;
         len -= 8;
     }
-    while (len--)
-        crc = crc_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
-    return ~crc;
+    return crc_bytes(crc, p, len);
+}
+
+#if DS_CRC_CLMUL
+#define DS_CLMUL __attribute__((target("pclmul,sse4.1")))
+
+/* x times k's two halves (x's low by k's low, x's high by k's high), plus
+ * the next 16 bytes: x folded 128 bits further along the message. */
+DS_CLMUL static inline __m128i crc_fold(__m128i x, __m128i k, const uint8_t *next)
+{
+    __m128i lo = _mm_clmulepi64_si128(x, k, 0x00);
+    __m128i hi = _mm_clmulepi64_si128(x, k, 0x11);
+    return _mm_xor_si128(_mm_xor_si128(lo, hi), _mm_loadu_si128((const __m128i *)next));
+}
+
+/* len: a multiple of 16, at least 16. */
+DS_CLMUL static uint32_t crc_clmul(uint32_t crc, const uint8_t *p, size_t len)
+{
+    /* x^(4*128+32) and x^(4*128-32) mod P: a lane folded over four; the
+     * same for one lane (x^(128+32), x^(128-32)); x^64 mod P; then P and
+     * Barrett's mu = x^64 / P, all bit-reflected. */
+    const __m128i by4 = _mm_set_epi64x(0x01c6e41596, 0x0154442bd4);
+    const __m128i by1 = _mm_set_epi64x(0x00ccaa009e, 0x01751997d0);
+    const __m128i x64 = _mm_set_epi64x(0, 0x0163cd6124);
+    const __m128i pmu = _mm_set_epi64x(0x01f7011641, 0x01db710641);
+    const __m128i low32 = _mm_setr_epi32(-1, 0, -1, 0);
+    __m128i x1 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)p), _mm_cvtsi32_si128((int)crc));
+    p += 16;
+    len -= 16;
+    if (len >= 48) { /* four lanes, 64 bytes a step */
+        __m128i x2 = _mm_loadu_si128((const __m128i *)p);
+        __m128i x3 = _mm_loadu_si128((const __m128i *)(p + 16));
+        __m128i x4 = _mm_loadu_si128((const __m128i *)(p + 32));
+        p += 48;
+        len -= 48;
+        for (; len >= 64; p += 64, len -= 64) {
+            x1 = crc_fold(x1, by4, p);
+            x2 = crc_fold(x2, by4, p + 16);
+            x3 = crc_fold(x3, by4, p + 32);
+            x4 = crc_fold(x4, by4, p + 48);
+        }
+        /* The four lanes into one. */
+        __m128i lo = _mm_clmulepi64_si128(x1, by1, 0x00), hi = _mm_clmulepi64_si128(x1, by1, 0x11);
+        x1 = _mm_xor_si128(_mm_xor_si128(lo, hi), x2);
+        lo = _mm_clmulepi64_si128(x1, by1, 0x00);
+        hi = _mm_clmulepi64_si128(x1, by1, 0x11);
+        x1 = _mm_xor_si128(_mm_xor_si128(lo, hi), x3);
+        lo = _mm_clmulepi64_si128(x1, by1, 0x00);
+        hi = _mm_clmulepi64_si128(x1, by1, 0x11);
+        x1 = _mm_xor_si128(_mm_xor_si128(lo, hi), x4);
+    }
+    for (; len >= 16; p += 16, len -= 16)
+        x1 = crc_fold(x1, by1, p);
+    /* 128 bits to 64. */
+    __m128i x2 = _mm_clmulepi64_si128(x1, by1, 0x10);
+    x1 = _mm_xor_si128(_mm_srli_si128(x1, 8), x2);
+    x2 = _mm_srli_si128(x1, 4);
+    x1 = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(x1, low32), x64, 0x00), x2);
+    /* Barrett: 64 bits to 32. */
+    x2 = _mm_clmulepi64_si128(_mm_and_si128(x1, low32), pmu, 0x10);
+    x2 = _mm_clmulepi64_si128(_mm_and_si128(x2, low32), pmu, 0x00);
+    x1 = _mm_xor_si128(x1, x2);
+    return (uint32_t)_mm_extract_epi32(x1, 1);
+}
+#endif
+
+uint32_t ds_crc32(uint32_t crc, const void *data, size_t len)
+{
+    const uint8_t *p = data;
+    int way = crc_ready();
+    crc = ~crc;
+#if DS_CRC_CLMUL
+    if (way == 2 && len >= 16) {
+        size_t body = len & ~(size_t)15;
+        return ~crc_bytes(crc_clmul(crc, p, body), p + body, len - body);
+    }
+#endif
+    (void)way;
+    return ~crc_slices(crc, p, len);
+}
+
+uint32_t ds_crc32_tables(uint32_t crc, const void *data, size_t len)
+{
+    crc_ready();
+    return ~crc_slices(~crc, data, len);
+}
+
+int ds_crc32_multiplies(void)
+{
+    return crc_ready() == 2;
 }

@@ -36,4 +36,12 @@ static inline uint32_t ds_reduce(uint64_t h, uint32_t n)
  * previous result. Not a keyed hash: it detects torn writes, not tampering. */
 uint32_t ds_crc32(uint32_t crc, const void *data, size_t len);
 
+/* The same CRC by the tables alone, whatever the CPU (for tests and
+ * benchmarks: ds_crc32 multiplies carry-less where it can). */
+uint32_t ds_crc32_tables(uint32_t crc, const void *data, size_t len);
+
+/* 1 when ds_crc32 uses the CPU's carry-less multiplication (x86-64's
+ * PCLMULQDQ), 0 when it uses the tables. */
+int ds_crc32_multiplies(void);
+
 #endif

@@ -150,13 +150,16 @@ static void test_crc32(void)
     CHECK_EQ_U64(ds_crc32(0, "", 0), 0);
     CHECK_EQ_U64(ds_crc32(ds_crc32(0, "12345", 5), "6789", 4), 0xCBF43926u);
     CHECK(ds_crc32(0, "123456780", 9) != 0xCBF43926u);
-    /* Every length and alignment the 8-byte steps and the byte tail meet,
-     * against the bit-at-a-time definition, and chained at every split. */
-    uint8_t buf[300];
+    CHECK_EQ_U64(ds_crc32_tables(0, "123456789", 9), 0xCBF43926u);
+    /* Every length and alignment up to past the carry-less way's 64-byte
+     * steps (every 16-byte fold, four lanes and one, and every byte tail),
+     * some longer, against the bit-at-a-time definition; both ways, and
+     * chained at several splits (one of them mid-fold). */
+    uint8_t buf[1200];
     for (size_t i = 0; i < sizeof buf; i++)
-        buf[i] = (uint8_t)(i * 131u + 7u);
-    for (size_t off = 0; off < 8; off++) {
-        for (size_t len = 0; off + len <= sizeof buf; len += (len < 40 ? 1 : 37)) {
+        buf[i] = (uint8_t)(i * 131u + 7u + (i >> 7));
+    for (size_t off = 0; off < 16; off++) {
+        for (size_t len = 0; off + len <= sizeof buf; len += (len < 300 ? 1 : 97)) {
             uint32_t want = 0xFFFFFFFFu;
             for (size_t i = 0; i < len; i++) {
                 want ^= buf[off + i];
@@ -165,10 +168,20 @@ static void test_crc32(void)
             }
             want = ~want;
             CHECK_EQ_U64(ds_crc32(0, buf + off, len), want);
-            size_t cut = len / 3;
-            CHECK_EQ_U64(ds_crc32(ds_crc32(0, buf + off, cut), buf + off + cut, len - cut), want);
+            CHECK_EQ_U64(ds_crc32_tables(0, buf + off, len), want);
+            size_t cuts[] = {len / 3, len / 2 + 5 <= len ? len / 2 + 5 : len, len > 70 ? 70 : len};
+            for (size_t c = 0; c < COUNT(cuts); c++) {
+                size_t cut = cuts[c];
+                CHECK_EQ_U64(ds_crc32(ds_crc32(0, buf + off, cut), buf + off + cut, len - cut), want);
+                CHECK_EQ_U64(ds_crc32_tables(ds_crc32(0, buf + off, cut), buf + off + cut, len - cut), want);
+            }
         }
     }
+#if defined(__x86_64__)
+    /* Every x86-64 this runs on in CI has PCLMULQDQ: the test above must
+     * have tried the carry-less way, not the tables twice. */
+    CHECK(ds_crc32_multiplies());
+#endif
 }
 
 static void test_reduce(void)
