@@ -122,9 +122,11 @@ def instrument(spans: Spans) -> list[Callable[[], None]]:
 
 
 def attribute(
-    latencies: list[float], t0: float, interval: float, spans: list[tuple[float, float, str]], threshold_us: float
+    latencies: list[float], t0: float, interval: float, spans: list[tuple[float, float, str]], threshold_us: float,
+    step: int = 1,
 ) -> collections.Counter[str]:
-    """How many late events each combination of overlapping steps saw."""
+    """How many late events each combination of overlapping steps saw
+    (``step``: events are due in groups of that many, as the load's)."""
     spans = sorted(s for s in spans if s[1] - s[0] >= MIN_SPAN_S)
     starts = [s[0] for s in spans]
     longest = max((s[1] - s[0] for s in spans), default=0.0)
@@ -132,7 +134,7 @@ def attribute(
     for i, lat in enumerate(latencies):
         if lat <= threshold_us:
             continue
-        due = t0 + i * interval
+        due = t0 + (i - i % step) * interval
         answered = due + lat / 1e6
         lo = bisect.bisect_left(starts, due - longest)
         hi = bisect.bisect_right(starts, answered)
@@ -144,7 +146,7 @@ def attribute(
 def run(args: argparse.Namespace) -> dict[str, Any]:
     config = LoadConfig(
         rate=args.rate, duration=args.duration, durability=args.durability,
-        apply_interval=args.apply_interval,
+        apply_interval=args.apply_interval, mode=args.mode, batch=args.batch,
     )
     spans = Spans()
     started: dict[str, float] = {}
@@ -168,7 +170,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     t0 = started["t0"]
     end = t0 + report.wall_seconds
     measured = [s for s in spans.items if t0 <= s[1] and s[0] <= end]
-    late = attribute(report.latencies_us, t0, 1.0 / config.rate, measured, args.threshold)
+    step = loadgen._shape(config)[0]
+    late = attribute(report.latencies_us, t0, 1.0 / config.rate, measured, args.threshold, step)
     steps: dict[str, list[float]] = collections.defaultdict(list)
     for s in measured:
         steps[s[2]].append((s[1] - s[0]) * 1e6)
@@ -177,6 +180,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rate": config.rate,
         "duration_seconds": config.duration,
         "durability": config.durability,
+        "mode": config.mode,
+        "batch": config.batch,
         "apply_interval_seconds": config.apply_interval,
         "threshold_us": args.threshold,
         "events": len(report.latencies_us),
@@ -200,8 +205,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def show(res: dict[str, Any]) -> str:
+    shape = f"batches of {res['batch']}" if res["mode"] == "batch" else res["mode"]
     lines = [
         f"load    : {res['rate']:,.0f} events/s for {res['duration_seconds']:g} s, {res['durability']}, "
+        f"{shape}, "
         f"apply_interval {res['apply_interval_seconds'] * 1000:g} ms (instrumented: figures run a little high)",
         f"latency : p50 {res['p50_us']:,.0f} us, p99 {res['p99_us']:,.0f} us, p99.9 {res['p999_us']:,.0f} us",
         f"late    : {res['late_events']:,} of {res['events']:,} events over {res['threshold_us']:g} us, "
@@ -223,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=18_000.0)
     ap.add_argument("--duration", type=float, default=20.0, help="seconds of load")
     ap.add_argument("--durability", default="flush", choices=["flush", "sync"])
+    ap.add_argument("--mode", default="poll", choices=loadgen.MODES, help="how the consumer takes events")
+    ap.add_argument("--batch", type=int, default=100, help="events per batch in --mode batch")
     ap.add_argument("--apply-interval", type=float, default=store.DEFAULT_APPLY_INTERVAL, help="seconds")
     ap.add_argument("--threshold", type=float, default=250.0, help="an event later than this (us) is late")
     ap.add_argument("--json", action="store_true")
