@@ -2,9 +2,9 @@
 """Where the flush p99 comes from: the main job's load, with the store's
 slow steps timed and each late event matched to the steps that overlapped it.
 
-It runs ``dedupstore.loadgen.run_load`` (the reference stream, poll mode, the
-accelerated clock, eviction and filters running, as ``dedupstore bench``
-does) with the store's steps that can hold a consumer up wrapped in timers:
+It runs ``dedupstore.loadgen.run_load`` (the reference stream, poll mode unless
+``--mode`` says otherwise, the accelerated clock, eviction and filters
+running, as ``dedupstore bench`` does) with the store's steps that can hold a consumer up wrapped in timers:
 
     apply (call)         an apply run by a call (Window.apply_if_due;
                          before 558c588)
@@ -33,6 +33,7 @@ little above ``dedupstore bench``'s; compare the shares, not the figures. A
 diagnostic, not a benchmark of record: it never asserts anything.
 
     cd /tmp && /path/to/.venv/bin/python /path/to/benches/bench_stalls.py [--duration 20] [--threshold 250] [--json]
+    ... bench_stalls.py --rate 180000 --duration 10 --mode batch --threshold 1000
 """
 
 from __future__ import annotations
