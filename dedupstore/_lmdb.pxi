@@ -241,6 +241,99 @@ def lmdb_write(txn, dict dbs, list puts, list deletes):
     return True
 
 
+cdef int _write_order(const void *a, const void *b) noexcept nogil:
+    # Two writes' keys in bytes order, as _entry_order compares them.
+    cdef const ds_lmdb_write *x = <const ds_lmdb_write *>a
+    cdef const ds_lmdb_write *y = <const ds_lmdb_write *>b
+    cdef int c = memcmp(x.key, y.key, x.key_len if x.key_len < y.key_len else y.key_len)
+    if c != 0:
+        return c
+    return (x.key_len > y.key_len) - (x.key_len < y.key_len)
+
+
+def lmdb_write_overlay(txn, dict dbs, Overlay ov):
+    """Make the writes of overlay ``ov``, as lmdb_write makes
+    ``ov.write_set()``'s lists (its deletes, then each database's puts, a
+    database's keys in order), in py-lmdb write transaction ``txn``, with
+    the GIL held only while the keys are gathered: they are sorted and
+    written with it released, and no Python object is made for them (the
+    lists of an apply of a few thousand keys took milliseconds to build,
+    sort and free, all with the GIL, that calls of other threads waited
+    for). Returns how many writes, or -1, nothing written, if that way is not
+    available (lmdb_direct, or a database not py-lmdb's of ``txn``): the
+    caller writes ``ov.write_set()``'s lists py-lmdb's way. Raises as
+    lmdb_write does. Each key and value is referenced meanwhile, so that
+    nothing written is freed whatever happens to ``ov``."""
+    cdef void *handle = NULL
+    cdef const ds_lmdb_engine *e
+    cdef Py_ssize_t n, nd = 0, np = 0, i, pos
+    cdef ds_lmdb_write *dels = NULL
+    cdef ds_lmdb_write *puts = NULL
+    cdef PyObject **refs = NULL
+    cdef Py_ssize_t nrefs = 0
+    cdef Py_ssize_t dstart[4]
+    cdef Py_ssize_t pstart[4]
+    cdef PyObject *k
+    cdef PyObject *v
+    cdef ds_lmdb_write *w
+    cdef unsigned int dbi
+    cdef size_t done = 0, ddone = 0
+    cdef int rc = 0, code, j
+    cdef dict d
+    e = _lmdb_txn(txn, &handle)
+    if e == NULL:
+        return -1
+    cdef PyObject *env = (<ds_pylmdb_txn *><PyObject *>txn).env
+    n = ov._count()
+    if n == 0:
+        return 0
+    dels = <ds_lmdb_write *>PyMem_Malloc(n * sizeof(ds_lmdb_write))
+    puts = <ds_lmdb_write *>PyMem_Malloc(n * sizeof(ds_lmdb_write))
+    refs = <PyObject **>PyMem_Malloc(2 * n * sizeof(PyObject *))
+    try:
+        if dels == NULL or puts == NULL or refs == NULL:
+            raise MemoryError()
+        for code in range(1, 4):
+            dstart[code - 1], pstart[code - 1] = nd, np
+            if not _lmdb_dbi(dbs[code], env, &dbi):
+                return -1
+            for d in (ov._map(code), ov._fresh_of(code)):
+                pos = 0
+                while PyDict_Next(d, &pos, &k, &v):
+                    if nd + np == n:
+                        raise RuntimeError("the overlay changed while its writes were gathered")
+                    w = &dels[nd] if v == <PyObject *>None else &puts[np]
+                    if not _lmdb_entry(w, <object>k, None if v == <PyObject *>None else <object>v, dbi):
+                        return -1
+                    Py_INCREF(<object>k)
+                    Py_INCREF(<object>v)
+                    refs[nrefs] = k
+                    refs[nrefs + 1] = v
+                    nrefs += 2
+                    if v == <PyObject *>None:
+                        nd += 1
+                    else:
+                        np += 1
+        dstart[3], pstart[3] = nd, np
+        with nogil:
+            for j in range(3):
+                qsort(&dels[dstart[j]], <size_t>(dstart[j + 1] - dstart[j]), sizeof(ds_lmdb_write), _write_order)
+                qsort(&puts[pstart[j]], <size_t>(pstart[j + 1] - pstart[j]), sizeof(ds_lmdb_write), _write_order)
+            rc = ds_lmdb_write_all(e, handle, dels, <size_t>nd, &ddone)
+            if rc == 0:
+                rc = ds_lmdb_write_all(e, handle, puts, <size_t>np, &done)
+        (<ds_pylmdb_txn *><PyObject *>txn).mutations += 1
+    finally:
+        for i in range(nrefs):
+            Py_DECREF(<object>refs[i])
+        PyMem_Free(dels)
+        PyMem_Free(puts)
+        PyMem_Free(refs)
+    if rc != 0:
+        _lmdb_raise(e, rc, "mdb_del" if ddone < <size_t>nd else "mdb_put")
+    return nd + np
+
+
 cdef int _lmdb_raise(const ds_lmdb_engine *e, int rc, str what) except -1:
     # py-lmdb's exception for LMDB error ``rc`` of call ``what``.
     msg = f"{what}: {e.strerror(rc).decode()}"

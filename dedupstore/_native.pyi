@@ -256,6 +256,7 @@ def set_lmdb_direct(enabled: bool) -> None: ...
 def lmdb_write(
     txn: Any, dbs: dict[int, Any], puts: list[tuple[int, list[tuple[bytes, bytes]]]], deletes: list[tuple[int, bytes]]
 ) -> bool: ...
+def lmdb_write_overlay(txn: Any, dbs: dict[int, Any], ov: Overlay) -> int: ...
 @disjoint_base
 class WindowLock:
     def acquire(self, blocking: bool = True) -> bool: ...
@@ -275,6 +276,8 @@ class WindowCore:
     overlay: Overlay | None
     _log: LogFile | None
     _journal: Any
+    _mirror: LogFile | None
+    _mirror_size: int
     _index: int
     _records: int
     _size: int

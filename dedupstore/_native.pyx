@@ -2286,7 +2286,10 @@ cdef class Overlay:
         but the call's writes still undoable: the caller rolls them back."""
         return self._log_into(f, part, seq, offset)
 
-    cdef Py_ssize_t _log_into(self, LogFile f, uint16_t part, uint64_t seq, uint64_t offset) except -1:
+    cdef Py_ssize_t _log_into(self, LogFile f, uint16_t part, uint64_t seq, uint64_t offset,
+                              LogFile mirror=None, uint64_t mirror_offset=0) except -1:
+        # As log(); with ``mirror``, the record is also written to it at
+        # mirror_offset (a segment rotation under way: window.py's _behind).
         cdef Py_ssize_t n = self._olen
         cdef uint8_t *span
         cdef object rec
@@ -2296,9 +2299,13 @@ cdef class Overlay:
         span = f.span(18 + n + 4, offset)
         if span != NULL:
             self._frame_into(span, n, part, seq)  # built in place: no copy
+            if mirror is not None:
+                mirror.write(<const char *>span, 18 + n + 4, mirror_offset)
         else:
             rec = self._frame(part, seq)
             f.write(PyBytes_AS_STRING(rec), PyBytes_GET_SIZE(rec), offset)
+            if mirror is not None:
+                mirror.write(PyBytes_AS_STRING(rec), PyBytes_GET_SIZE(rec), mirror_offset)
         self._drop_undo()
         return 18 + n + 4
 

@@ -104,6 +104,10 @@ cdef class WindowCore:
     cdef public bint _broken, active, _calls_apply
     cdef public Overlay overlay
     cdef public object _log, _journal
+    #: While an apply rotates the segment (Window._behind): the next one,
+    #: which each call's record is also written to, and the bytes in it.
+    cdef public LogFile _mirror
+    cdef public uint64_t _mirror_size
     cdef public uint16_t _index
     cdef public uint64_t _records, _size, logged_bytes
     cdef public double _apply_s, _apply_at
@@ -165,8 +169,11 @@ cdef class WindowCore:
         try:
             try:
                 if self._journal is None:
-                    n = ov._log_into(<LogFile?>self._log, self._index, self._records, self._size)
+                    n = ov._log_into(<LogFile?>self._log, self._index, self._records, self._size,
+                                     self._mirror, self._mirror_size)
                     self._size += <uint64_t>n
+                    if self._mirror is not None:
+                        self._mirror_size += <uint64_t>n
                 else:
                     n, mark = self._journal.log_window(ov, self._index, self._label)
             except OSError as exc:

@@ -410,6 +410,10 @@ class Window(_native.WindowCore):
         self._log: _native.LogFile | None = None  # the open segment
         self._name = ""
         self._size = 0  # bytes in the segment; all of it is in the overlay or applied
+        #: While an apply rotates the segment (:meth:`_behind`): the next
+        #: one, which the calls log to as well, and the bytes in it.
+        self._mirror = None
+        self._mirror_size = 0
         self._records = 0
         self._retry_at = 0.0
         #: For stats(): windows opened, applies, keys applied, log bytes written.
@@ -524,9 +528,10 @@ class Window(_native.WindowCore):
             if seg is not None:
                 seg.close()
         self._retired.clear()
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        for seg in (self._log, self._mirror):
+            if seg is not None:
+                seg.close()
+        self._log = self._mirror = None
         self._job = None
         self.active = False
 
@@ -545,7 +550,7 @@ class Window(_native.WindowCore):
         if self.failed is not None:
             raise self.failed
         assert self.overlay is not None
-        self._write(txn, self.overlay.write_set(), self._owner(self._size, self._name))
+        self._write(txn, self.overlay, self._owner(self._size, self._name))
 
     def committed(self) -> None:
         if not self.active:
@@ -625,6 +630,9 @@ class Window(_native.WindowCore):
         with contextlib.suppress(OSError):
             assert self._log is not None
             self._log.cut(self._size)
+        if self._mirror is not None:  # a rotation under way: the next segment's copy goes too
+            with contextlib.suppress(OSError):
+                self._mirror.cut(self._mirror_size)
         # Closing needs ``applying``, taken before self.lock: without waiting
         # here, or (an apply is running) by the caller's ordinary commit, whose
         # transaction carries the overlay, and then the next tick.
@@ -641,16 +649,15 @@ class Window(_native.WindowCore):
         segment, and a full overlay."""
         ov = self.overlay
         assert ov is not None
-        changes = ov.write_set()
         rotate = not closing and self._size >= SEGMENT_BYTES
-        if not changes[0] and not closing and not rotate:
+        if not len(ov) and not closing and not rotate:
             return
         new: tuple[str, _native.LogFile] | None = self._new_segment() if rotate else None
         owner: Owner | None = None
         if not closing:
             owner = self._owner(0, new[0]) if new else self._owner(self._size, self._name)
         try:
-            self._commit(changes, owner)
+            self._commit(ov, owner)
         except BaseException:
             if new is not None:
                 self._drop_segment(*new)
@@ -701,59 +708,86 @@ class Window(_native.WindowCore):
         """Under the lock the overlay is frozen and a fresh one, reading
         through it, takes the calls that come meanwhile; the frozen one's
         writes (then ``op``'s, if given) are committed with the lock released
-        (py-lmdb releases the GIL around each put and the commit, so calls go
-        on between them); under the lock again the fresh overlay is rebased onto a
-        snapshot that holds them. A failed commit folds the fresh overlay
-        back into the frozen one. ``helped``: the calls make the overlay's
-        puts (:meth:`_commit`). Returns ``op``'s result (CLOSED: ``op``
-        did not run)."""
-        with self.lock:
-            if not self.active:
-                return CLOSED
-            frozen = self.overlay
-            assert frozen is not None
-            if self._broken or self._size >= SEGMENT_BYTES:
-                if op is not None:
-                    return CLOSED  # the committer's way, which closes or rotates first
-                self._apply(closing=self._broken)  # rare: the blocking way
-                return None
-            if op is None and not len(frozen):
-                return None
-            owner = self._owner(self._size, self._name)
-            self.overlay = _native.Overlay(self._dbs[1], self._dbs[2], self._dbs[3], frozen)
-            self.overlay.epoch = frozen.epoch
-            self._label = self._next + 1  # this commit takes txn _next
-        # No call writes the frozen overlay any more: its changes are listed
-        # (sorted, which takes a while) without holding calls up.
-        changes = frozen.write_set()
+        (LMDB's writes need no GIL, so calls go on meanwhile); under the lock
+        again the fresh overlay is rebased onto a snapshot that holds them. A
+        failed commit folds the fresh overlay back into the frozen one.
+        ``helped``: the calls make the overlay's puts (:meth:`_commit`).
+        Returns ``op``'s result (CLOSED: ``op`` did not run).
+
+        A segment past :data:`SEGMENT_BYTES` is rotated here too, without
+        holding calls up: the next one is made first; while the commit that
+        names it in ``W`` (at offset 0) runs, each call's record goes to both
+        segments (:attr:`_mirror`), so that whichever ``W`` a crash leaves
+        names a segment that holds it; after the commit the calls log to the
+        new one alone and the old one is retired."""
+        new = None
+        if not self._broken and self.active and self._size >= SEGMENT_BYTES:
+            try:  # made, its space reserved and its first pages faulted in, with the calls going on
+                new = self._new_segment()
+                new[1].prefault(0, PREFAULT_BYTES)
+            except OSError as exc:
+                log.warning("dedupstore: write-behind log %s: no next segment (%s); the next apply tries again",
+                            self._log_path(), exc)
         try:
-            result = self._commit(changes, owner, op, helped)
-        except BaseException:
+            with self.lock:
+                if not self.active:
+                    return CLOSED
+                frozen = self.overlay
+                assert frozen is not None
+                if self._broken:
+                    if op is not None:
+                        return CLOSED  # the committer's way, which closes first
+                    self._apply(closing=True)  # rare: the blocking way
+                    return None
+                if op is None and not len(frozen) and new is None:
+                    return None
+                if new is not None:
+                    owner = self._owner(0, new[0])
+                    self._mirror, self._mirror_size = new[1], 0
+                else:
+                    owner = self._owner(self._size, self._name)
+                self.overlay = _native.Overlay(self._dbs[1], self._dbs[2], self._dbs[3], frozen)
+                self.overlay.epoch = frozen.epoch
+                self._label = self._next + 1  # this commit takes txn _next
+            # No call writes the frozen overlay any more: its writes are
+            # made without holding calls up.
+            try:
+                result = self._commit(frozen, owner, op, helped)
+            except BaseException:
+                with self.lock:
+                    assert self.overlay is not None
+                    frozen.absorb(self.overlay)
+                    self.overlay = frozen
+                    self._label = self._next
+                    self._ahead = self._journal is not None
+                    self._mirror = None  # W still names the old segment, which has every record
+                raise
             with self.lock:
                 assert self.overlay is not None
-                frozen.absorb(self.overlay)
-                self.overlay = frozen
-                self._label = self._next
-                self._ahead = self._journal is not None
-            raise
-        with self.lock:
-            assert self.overlay is not None
-            snapshot = self._env.begin()
-            self.overlay.rebase(snapshot)
-            self._based(snapshot)
-            frozen.snapshot.abort()
-        return result
+                if new is not None:
+                    self._retire(self._name, self._log)
+                    self._name, self._log, self._size = new[0], new[1], self._mirror_size
+                    self._mirror, new = None, None
+                snapshot = self._env.begin()
+                self.overlay.rebase(snapshot)
+                self._based(snapshot)
+                frozen.snapshot.abort()
+            return result
+        finally:
+            if new is not None:  # not taken: no W names it (its records, if any, are in the old one too)
+                _discard(self._dir / new[0], new[1])
 
     def _commit(
-        self, changes: WriteSet, owner: Owner | None, op: Callable[[Any], Any] | None = None,
+        self, ov: _native.Overlay, owner: Owner | None, op: Callable[[Any], Any] | None = None,
         helped: bool = False,
     ) -> Any:
-        """One transaction writing ``changes`` (an overlay's
-        :meth:`~dedupstore._native.Overlay.write_set`) and ``W`` (deleted if
-        ``owner`` is None), then running ``op`` (if given: its result is
-        returned); a full map is checkpointed once and retried. The writes are
-        LMDB's own calls, made without the GIL (:func:`_native.lmdb_write`),
-        where py-lmdb allows it. Otherwise, ``helped``
+        """One transaction writing overlay ``ov``'s writes (which no call
+        makes meanwhile: it is frozen, or the lock is held) and ``W``
+        (deleted if ``owner`` is None), then running ``op`` (if given: its
+        result is returned); a full map is checkpointed once and retried. The
+        writes are gathered, sorted and made by LMDB's own calls, all but the
+        gathering without the GIL (:func:`_native.lmdb_write_overlay`), where
+        py-lmdb allows it. Otherwise, ``helped``
         (flush mode, the store's own thread, ``applying`` held): the calls
         that come meanwhile make the puts and deletes, a slice each, while
         this thread waits for them without the GIL (:class:`_Job`); this
@@ -763,6 +797,7 @@ class Window(_native.WindowCore):
         t0 = time.perf_counter()
         result = None
         attempt = 0
+        count = len(ov)
         try:
             while True:
                 txn = self._env.begin(write=True)
@@ -770,12 +805,12 @@ class Window(_native.WindowCore):
                     # With LMDB's own calls the writes need no GIL, so the
                     # calls need not make them.
                     write = self._write_helped if helped and not _native.lmdb_direct()[0] else self._write
-                    calls_helped = write(txn, changes, owner)
+                    calls_helped = write(txn, ov, owner)
                     if op is not None:
                         result = op(txn)
                     t1 = time.perf_counter()
                     txn.commit()
-                    if changes[0]:
+                    if count:
                         self.apply_commit_seconds += time.perf_counter() - t1
                         self.helped_applies += calls_helped
                     break
@@ -793,24 +828,24 @@ class Window(_native.WindowCore):
                     raise
         except lmdb.MapFullError:
             self.failed = StoreFullError(
-                f"partition {self._index} reached its map size with {changes[0]:,} acknowledged "
+                f"partition {self._index} reached its map size with {count:,} acknowledged "
                 f"writes not yet applied; they are safe in {self._log_path()} and this handle answers "
                 f"from them, but takes no more writes. Close it and reopen with a larger map_size: the open "
                 f"applies them"
             )
             raise self.failed from None
         finally:
-            if changes[0]:  # a maintenance transaction's own time is not an apply's
+            if count:  # a maintenance transaction's own time is not an apply's
                 self.apply_seconds += time.perf_counter() - t0
-        if changes[0]:
+        if count:
             self.applies += 1
-            self.applied_keys += changes[0]
+            self.applied_keys += count
         return result
 
-    def _write_helped(self, txn: Any, changes: WriteSet, owner: Owner | None) -> bool:
-        # _write's writes, the changes' made by the calls (see _commit);
-        # True if a call made a slice.
-        job = _Job(txn, self._dbs, changes)
+    def _write_helped(self, txn: Any, ov: _native.Overlay, owner: Owner | None) -> bool:
+        # _write's writes, made by the calls (see _commit); True if a call
+        # made a slice.
+        job = _Job(txn, self._dbs, ov.write_set())
         self._job = job
         try:
             job.finish()
@@ -819,10 +854,9 @@ class Window(_native.WindowCore):
         self._put_owner(txn, owner)
         return job.helped > 0
 
-    def _write(self, txn: Any, changes: WriteSet, owner: Owner | None) -> bool:
-        # Each database's puts in one putmulti (grouped and sorted in C by
-        # Overlay.write_set); a database's keys are distinct, so its deletes
-        # may go first.
+    def _write(self, txn: Any, ov: _native.Overlay, owner: Owner | None) -> bool:
+        # The deletes, then each database's puts in key order (a database's
+        # keys are distinct, so its deletes may go first).
         if self._journal is not None and txn.id() != self._next:
             # The journal's replay would put the calls in the wrong place.
             raise RuntimeError(
@@ -830,10 +864,11 @@ class Window(_native.WindowCore):
                 f"txn {txn.id()} applies them; another transaction came between"
             )
         dbs = self._dbs
-        _, puts, deletes = changes
         # LMDB's own calls, the GIL released once for all (csrc/ds_lmdb.h);
-        # else py-lmdb's, which release it around each.
-        if not _native.lmdb_write(txn, dbs, puts, deletes):
+        # else py-lmdb's, which release it around each: each database's
+        # puts in one putmulti (grouped and sorted in C by Overlay.write_set).
+        if _native.lmdb_write_overlay(txn, dbs, ov) < 0:
+            _, puts, deletes = ov.write_set()
             for code, key in deletes:
                 txn.delete(key, db=dbs[code])
             for code, items in puts:

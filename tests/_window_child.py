@@ -7,14 +7,20 @@ MAP_BYTES of each write-behind segment mapped, if given) and
 answers ``open``; then reads commands on stdin: ``claim PREFIX N`` claims
 keys PREFIX0..PREFIX{N-1} and completes the even ones (outcome ``f-`` + key),
 then answers ``ok`` and each partition's write-behind figures as JSON (read
-from the windows, without applying them). It never closes the store: the
-test kills it, or closes its stdin to let it exit.
+from the windows, without applying them; ``rotating``: a segment rotation
+is under way), or ``stuck`` if the calls did not return within 30 s. ``hold
+before|after`` starts an apply of every open window that rotates its segment
+and stops for good before (or after) its commit, and answers once all have
+stopped there. It never closes the store: the test kills it, or closes its
+stdin to let it exit.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
+from typing import Any
 
 from dedupstore import DedupStore, Status, window
 
@@ -31,16 +37,45 @@ def main() -> None:
     for line in sys.stdin:
         words = line.split()
         if words[0] == "claim":
-            prefix, n = words[1], int(words[2])
-            for i in range(n):
-                key = f"{prefix}{i}"
-                r = store.claim("n", key, {"v": 1})
-                if r.status is Status.NEW and i % 2 == 0:
-                    store.complete("n", key, r.token, f"f-{key}".encode())
+            worker = threading.Thread(target=claim, args=(store, words[1], int(words[2])), daemon=True)
+            worker.start()
+            worker.join(30)
+            if worker.is_alive():
+                print("stuck", flush=True)
+                continue
+        elif words[0] == "hold":
+            hold(store, words[1])
         # Each partition window's own figures: stats() would apply the windows first.
-        wb = [p.window.stats() if p.window is not None else None for p in store._parts]
+        wb = [dict(p.window.stats(), rotating=p.window._mirror is not None) if p.window is not None else None
+              for p in store._parts]
         print("ok " + json.dumps(wb), flush=True)
 
+
+def claim(store: DedupStore, prefix: str, n: int) -> None:
+    for i in range(n):
+        key = f"{prefix}{i}"
+        r = store.claim("n", key, {"v": 1})
+        if r.status is Status.NEW and i % 2 == 0:
+            store.complete("n", key, r.token, f"f-{key}".encode())
+
+
+def hold(store: DedupStore, when: str) -> None:
+    window.SEGMENT_BYTES = 1  # every apply of a window that logged something rotates
+    stopped = threading.Semaphore(0)
+    real = window.Window._commit
+
+    def held(self: window.Window, ov: Any, owner: Any, op: Any = None, helped: bool = False) -> Any:
+        if when == "after":
+            real(self, ov, owner, op, helped)
+        stopped.release()
+        threading.Event().wait()  # for good: the test kills the process
+
+    window.Window._commit = held  # type: ignore[method-assign]
+    windows = [p.window for p in store._parts if p.window is not None and p.window.active and p.window._size]
+    for w in windows:
+        threading.Thread(target=w.apply, daemon=True).start()
+    for _ in windows:
+        stopped.acquire()
 
 if __name__ == "__main__":
     main()

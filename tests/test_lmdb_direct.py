@@ -154,3 +154,75 @@ def test_claims_read_applied_records_the_same_either_way(tmp_path: Path, lmdb_wa
                 assert again.status is Status.IN_PROGRESS
         assert s.claim("n", "k1", {"i": -1}).status is Status.CONFLICT
         assert s.claim("n", "never", {"i": 0}).status is Status.NEW
+
+
+def _overlay_with_writes(e: Any, dbs: dict[int, Any], seed: int) -> Any:
+    # An overlay over ``e`` (whose databases hold some keys) with puts
+    # (new and overwriting) and deletes (of present keys, and of keys put
+    # in the overlay first) in all three of its databases.
+    with e.begin(write=True) as txn:
+        for i in range(0, 2000, 3):
+            txn.put(b"k%05d" % i, b"old", db=dbs[1 + i % 3])
+    ov = _native.Overlay(dbs[1], dbs[2], dbs[3], e.begin())
+    r = random.Random(seed)
+    for _ in range(3000):
+        code, key = r.choice((1, 2, 3)), b"k%05d" % r.randrange(2000)
+        if r.random() < 0.7:
+            ov.put(key + b"x" * r.randrange(3), b"v" * r.randrange(1, 300), db=dbs[code])
+        else:
+            ov.delete(key, b"", dbs[code])
+    return ov
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_an_overlays_writes_made_natively_are_its_write_set_made_by_py_lmdb(tmp_path: Path, seed: int) -> None:
+    ways = {}
+    for way in ("native", "py-lmdb"):
+        e = lmdb.open(str(tmp_path / way), max_dbs=4, map_size=1 << 26)
+        dbs = {1: e.open_db(b"records"), 2: e.open_db(b"pending"), 3: e.open_db(b"meta")}
+        ov = _overlay_with_writes(e, dbs, seed)
+        n, puts, deletes = ov.write_set()
+        assert n == len(ov) and deletes and len(puts) == 3
+        with e.begin(write=True) as txn:
+            if way == "native":
+                assert _native.lmdb_write_overlay(txn, dbs, ov) == n
+            else:
+                for code, key in deletes:
+                    txn.delete(key, db=dbs[code])
+                for code, items in puts:
+                    txn.cursor(db=dbs[code]).putmulti(items)
+        ov.snapshot.abort()
+        ways[way] = _contents(e, dbs)
+        e.close()
+    assert ways["native"] == ways["py-lmdb"]
+
+
+@pytest.mark.parametrize("case", ["turned off", "another environment", "read-only"])
+def test_an_overlay_the_native_way_cannot_write_is_left_for_py_lmdbs(tmp_path: Path, case: str) -> None:
+    e = lmdb.open(str(tmp_path / "env"), max_dbs=4, map_size=1 << 26)
+    other = lmdb.open(str(tmp_path / "other"), max_dbs=2)
+    dbs = {1: e.open_db(b"records"), 2: e.open_db(b"pending"), 3: e.open_db(b"meta")}
+    ov = _overlay_with_writes(e, dbs, 3)
+    before = _contents(e, dbs)
+    try:
+        if case == "turned off":
+            _native.set_lmdb_direct(False)
+        elif case == "another environment":
+            dbs = {**dbs, 3: other.open_db(b"meta")}  # the last database gathered: nothing is written before
+        with e.begin(write=case != "read-only") as txn:
+            assert _native.lmdb_write_overlay(txn, dbs, ov) == -1
+        assert _contents(e, {c: db for c, db in dbs.items() if c != 3}) == {c: before[c] for c in (1, 2)}
+    finally:
+        _native.set_lmdb_direct(True)
+        ov.snapshot.abort()
+        other.close()
+        e.close()
+
+
+def test_an_empty_overlay_writes_nothing(env: tuple[Any, dict[int, Any]]) -> None:
+    e, dbs = env
+    meta = e.open_db(b"meta")
+    ov = _native.Overlay(dbs[1], dbs[2], meta, e.begin())
+    with e.begin(write=True) as txn:
+        assert _native.lmdb_write_overlay(txn, {**dbs, 3: meta}, ov) == 0
+    ov.snapshot.abort()

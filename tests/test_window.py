@@ -1083,6 +1083,29 @@ def test_a_killed_owner_loses_nothing_it_returned(tmp_path: Path, map_bytes: int
     assert verify_store(path).ok
 
 
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_killed_owner_loses_nothing_it_returned_while_a_rotation_commits(tmp_path: Path, when: str) -> None:
+    # Every window's apply rotates its segment and stops for good before (W
+    # names the old segment) or after (the new one) its commit; the calls
+    # that come meanwhile are logged to both, so either W finds them.
+    path = tmp_path / "s"
+    child = Child(path)
+    try:
+        child.ask("claim a 200")
+        held = child.ask(f"hold {when}")
+        assert any(w["rotating"] for w in held if w is not None)
+        after = child.ask("claim b 50")  # "stuck" (ask fails) if the rotation held the calls up
+        assert all(w["rotating"] for w, h in zip(after, held, strict=True) if h is not None and h["rotating"])
+    finally:
+        child.kill()
+    with DedupStore.open(path, durability="flush") as s:
+        _expect(s, "a", 200)
+        _expect(s, "b", 50)
+        assert s.claim("n", "b1").status is Status.IN_PROGRESS
+    assert _raw_w(path) is None and _segments(path) == []
+    assert verify_store(path).ok
+
+
 def test_a_killed_sync_owner_loses_nothing_it_returned_and_its_journal_replays_after_a_restart(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
