@@ -189,7 +189,7 @@ def _fake_run(limit_rate: float, calls: list[float]):  # type: ignore[no-untyped
 def test_ramp_goes_up_then_bisects(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[float] = []
     monkeypatch.setattr(loadgen, "run_load", _fake_run(3000.0, calls))
-    res = find_max_rate(LoadConfig(mode="batch"), start=1000, factor=2.0, refine=2)
+    res = find_max_rate(LoadConfig(mode="batch"), start=1000, factor=2.0, refine=2, retries=0)
     assert calls[:3] == [1000, 2000, 4000]  # up until 4000 fails
     assert len(calls) == 5  # then two bisections between 2000 and 4000
     assert res.max_rate is not None and 2000 <= res.max_rate <= 3000
@@ -201,7 +201,7 @@ def test_ramp_goes_up_then_bisects(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_ramp_that_runs_out_of_steps_says_its_maximum_is_a_lower_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[float] = []
     monkeypatch.setattr(loadgen, "run_load", _fake_run(1e9, calls))
-    res = find_max_rate(LoadConfig(mode="single"), start=250, factor=1.5, max_steps=4)
+    res = find_max_rate(LoadConfig(mode="single"), start=250, factor=1.5, max_steps=4, retries=0)
     assert len(calls) == 4 and res.max_rate == calls[-1] and res.capped
     assert res.to_dict()["capped"] is True
     calls.clear()
@@ -213,13 +213,41 @@ def test_a_ramp_that_runs_out_of_steps_says_its_maximum_is_a_lower_bound(monkeyp
 def test_ramp_goes_down_when_the_start_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[float] = []
     monkeypatch.setattr(loadgen, "run_load", _fake_run(300.0, calls))
-    res = find_max_rate(LoadConfig(mode="single"), start=1000, factor=2.0, refine=0)
+    res = find_max_rate(LoadConfig(mode="single"), start=1000, factor=2.0, refine=0, retries=0)
     assert calls == [1000, 500, 250] and res.max_rate == 250
     calls.clear()
     monkeypatch.setattr(loadgen, "run_load", _fake_run(0.0, calls))
     res = find_max_rate(LoadConfig(mode="single"), start=1000, factor=2.0, step_seconds=1.0)
     assert res.max_rate is None and calls[-1] >= loadgen.MIN_STEP_EVENTS  # stops before steps too small to judge
     assert res.to_dict()["max_rate"] is None and not res.capped
+
+
+def test_a_rate_not_sustained_is_tried_again_once_before_it_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Saturation fails every try: 4000 is run twice, each bisection's failure too.
+    calls: list[float] = []
+    monkeypatch.setattr(loadgen, "run_load", _fake_run(3000.0, calls))
+    res = find_max_rate(LoadConfig(mode="batch"), start=1000, factor=2.0, refine=1)
+    assert calls[:4] == [1000, 2000, 4000, 4000] and len(calls) == 5  # the bisection (2828) passes
+    doc = res.to_dict()
+    assert [(s["ok"], s["retry"]) for s in doc["steps"][:4]] == [(True, False), (True, False), (False, False),
+                                                               (False, True)]
+    # A stall: the first try of 2000 fails, its second passes, and the ramp goes on up.
+    calls.clear()
+    fake = _fake_run(3000.0, calls)
+    stalled: list[float] = []
+
+    def once(config: LoadConfig, *args: object, **kwargs: object) -> LoadReport:
+        rep = fake(config)
+        if config.rate == 2000 and not stalled:
+            stalled.append(config.rate)
+            rep.latencies_us = [5000.0] * 10
+        return rep
+
+    monkeypatch.setattr(loadgen, "run_load", once)
+    res = find_max_rate(LoadConfig(mode="batch"), start=1000, factor=2.0, refine=0)
+    assert calls == [1000, 2000, 2000, 4000, 4000] and res.max_rate == 2000
+    with pytest.raises(InvalidInputError, match="retries >= 0"):
+        find_max_rate(LoadConfig(), start=1000, retries=-1)
 
 
 class _SlowCounts(dict):  # type: ignore[type-arg]
