@@ -79,7 +79,7 @@ class LoadConfig:
     partitions: int | None = None
     #: Nice steps below the consumer at which the store's own threads run
     #: (DedupStore.open's ``thread_nice``).
-    thread_nice: int = DEFAULT_THREAD_NICE
+    thread_nice: int | str = DEFAULT_THREAD_NICE
     #: CPUs the store's own threads are kept on (DedupStore.open's
     #: ``thread_cpus``; None: wherever the process may run).
     thread_cpus: tuple[int, ...] | None = None

@@ -126,6 +126,16 @@ MAX_APPLY_INTERVAL_S = 1.0
 DEFAULT_THREAD_NICE = 10
 #: The lowest priority there is.
 MAX_NICE = 19
+#: ``thread_nice`` below every nice level: the store's threads take Linux's
+#: SCHED_IDLE policy, and run only on a CPU no other thread wants. A caller
+#: that wakes on the CPU one of them has takes it at once, where at nice 19
+#: it may wait out the running thread's slice (about a millisecond): the
+#: batch p99 at 50,000 events/s fell from 1.8-1.9 ms to 0.3-0.4 ms
+#: (docs/benchmarks.md, twenty-second session). Its price: under other
+#: processes' full load the store's own work (applies, eviction, filters,
+#: checkpoints) waits for idle time, and a caller that needs the GIL one of
+#: those threads holds waits with it.
+IDLE = "idle"
 #: Target false-positive rate of each generation's filter.
 BLOOM_FP_RATE = 0.01
 _native.bloom_sizing(BLOOM_FP_RATE)  # its sizing search done now, not in a refresh
@@ -207,10 +217,13 @@ _token = _native.check_token
 
 
 def check_thread_nice(steps: object) -> None:
-    """Refuse a ``thread_nice`` outside 0..MAX_NICE, naming the range."""
+    """Refuse a ``thread_nice`` other than 0..MAX_NICE or IDLE, naming both."""
+    if steps == IDLE and isinstance(steps, str):
+        return
     if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= MAX_NICE:
         raise InvalidInputError(
-            f"thread_nice must be an int in 0..{MAX_NICE} (nice steps below the opening thread); got {steps!r}"
+            f"thread_nice must be an int in 0..{MAX_NICE} (nice steps below the opening thread) or {IDLE!r} "
+            f"(SCHED_IDLE); got {steps!r}"
         )
 
 
@@ -252,13 +265,14 @@ def _pin(cpus: frozenset[int] | None) -> None:
         log.debug("dedupstore: could not keep thread %d on CPUs %s: %s", threading.get_native_id(), sorted(cpus), exc)
 
 
-def _nice_target(steps: int) -> int | None:
+def _nice_target(steps: int | str) -> int | None:
     """The nice value the store's own threads take: the calling (opening)
-    thread's plus ``steps``, at most MAX_NICE. None (left alone) for 0 steps,
-    and off Linux, where setpriority(PRIO_PROCESS) of a thread id is not a
-    thread's own."""
-    if not steps or not sys.platform.startswith("linux"):
+    thread's plus ``steps``, at most MAX_NICE. None (left alone) for 0 steps
+    and for IDLE (_idle_policy's), and off Linux, where
+    setpriority(PRIO_PROCESS) of a thread id is not a thread's own."""
+    if not steps or steps == IDLE or not sys.platform.startswith("linux"):
         return None
+    assert isinstance(steps, int)
     try:
         return min(MAX_NICE, os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) + steps)
     except OSError:
@@ -276,6 +290,18 @@ def _lower_priority(target: int | None) -> None:
             os.setpriority(os.PRIO_PROCESS, tid, target)
     except OSError as exc:
         log.debug("dedupstore: could not lower thread %d's priority to nice %d: %s", tid, target, exc)
+
+
+def _idle_policy() -> None:
+    """The calling thread takes the SCHED_IDLE policy (thread_nice IDLE;
+    Linux). A refusal only costs latency."""
+    if not hasattr(os, "SCHED_IDLE"):
+        return
+    tid = threading.get_native_id()
+    try:
+        os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+    except OSError as exc:
+        log.debug("dedupstore: could not give thread %d the SCHED_IDLE policy: %s", tid, exc)
 
 
 def _load_setname() -> Any:
@@ -561,7 +587,7 @@ class DedupStore(_native.StoreCore):
         eviction_batch: int = DEFAULT_EVICTION_BATCH,
         flush_interval: float | str = DEFAULT_FLUSH_INTERVAL,
         apply_interval: float | str = DEFAULT_APPLY_INTERVAL,
-        thread_nice: int = DEFAULT_THREAD_NICE,
+        thread_nice: int | str = DEFAULT_THREAD_NICE,
         thread_cpus: Iterable[int] | None = None,
     ) -> DedupStore:
         """Open (or create) the store at ``path``.
@@ -589,8 +615,10 @@ class DedupStore(_native.StoreCore):
         the window to be given up, whatever the interval (docs/guarantees.md);
         ``thread_nice`` (0..19, default 10) is how many nice steps below the
         opening thread the store's own threads run on Linux, so that the
-        callers' threads get a CPU first (0: the same priority; elsewhere
-        ignored); ``ps -L`` and ``top -H`` show them as ``ds-flush`` and
+        callers' threads get a CPU first (0: the same priority; ``"idle"``:
+        the SCHED_IDLE policy, below every nice level, for the lowest
+        latency where the machine has idle CPU time (see :data:`IDLE` for
+        its price); elsewhere ignored); ``ps -L`` and ``top -H`` show them as ``ds-flush`` and
         ``ds-maintain``; ``thread_cpus`` (Linux; default None: wherever the
         opening thread may run) are the CPUs they are kept on, for a
         deployment that keeps them off its consumers' CPUs (a few CPU
@@ -644,6 +672,7 @@ class DedupStore(_native.StoreCore):
         try:
             self._init(root, ident, partitions, durability, bloom, clock, map_size, apply_s)
             self._nice = _nice_target(thread_nice)
+            self._idle = thread_nice == IDLE
             self._cpus = cpus
             self._start_evictor(float(eviction_rate), eviction_batch)
             self._start_flusher(interval, apply_s)
@@ -715,8 +744,10 @@ class DedupStore(_native.StoreCore):
         #: and duplicates of the same event (updated by _native.tally alone).
         self._counts = [0] * (len(STATUS_BY_CODE) + 2)
         self._pool: ThreadPoolExecutor | None = None
-        #: The nice value the store's own threads take (_lower_priority).
+        #: The nice value the store's own threads take (_lower_priority),
+        #: or whether they take SCHED_IDLE (_idle_policy).
         self._nice: int | None = None
+        self._idle = False
         #: The CPUs they are kept on (_pin; None: anywhere).
         self._cpus: frozenset[int] | None = None
         self._evict_batch = DEFAULT_EVICTION_BATCH
@@ -894,6 +925,8 @@ class DedupStore(_native.StoreCore):
         one (the load generator's filter refresher), takes their priority
         (``thread_nice``) and CPUs (``thread_cpus``)."""
         _lower_priority(self._nice)
+        if self._idle:
+            _idle_policy()
         _pin(self._cpus)
 
     def now(self) -> float:

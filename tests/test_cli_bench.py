@@ -17,13 +17,14 @@ from dedupstore.cli.main import main
 
 @pytest.mark.parametrize("durability", ["sync", "flush"])
 def test_bench_json_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path, durability: str) -> None:
+    nice = "3" if durability == "sync" else "idle"
     code = main(
         ["bench", "--rate", "2000", "--duration", "1s", "--durability", durability,
-         "--path", str(tmp_path / "s"), "--floor", "300ms", "--thread-nice", "3", "--json"]
+         "--path", str(tmp_path / "s"), "--floor", "300ms", "--thread-nice", nice, "--json"]
     )
     assert code == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["thread_nice"] == 3
+    assert doc["thread_nice"] == (3 if nice == "3" else "idle")
     for key in ("achieved_rate", "p50_us", "p99_us", "p999_us", "cpu_share", "verdicts", "bytes_on_disk", "events"):
         assert key in doc
     assert doc["events"] == 2000 == doc["claimed"] and doc["unclaimed"] == 0
@@ -77,9 +78,9 @@ def test_bench_table_and_bad_input(capsys: pytest.CaptureFixture[str], tmp_path:
     for bad in ("-1s", "11m", "soon"):
         code, _, err = run(capsys, "bench", "--floor", bad)
         assert code == 2 and "--floor" in err
-    for nice in ("-1", "20"):
+    for nice in ("-1", "20", "lowest"):
         code, _, err = run(capsys, "bench", "--thread-nice", nice)
-        assert code == 2 and "--thread-nice must be 0..19" in err
+        assert code == 2 and "--thread-nice must be 0..19 (nice steps below the opening thread) or idle" in err
     for interval in ("0.1ms", "2s"):
         code, _, err = run(capsys, "bench", "--apply-interval", interval)
         assert code == 2 and "--apply-interval must be 0 (no write-behind) or 500us..1s" in err, err

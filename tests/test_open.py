@@ -296,9 +296,29 @@ def test_store_threads_run_below_the_thread_that_opened_it(tmp_path: Path, steps
     assert comms["dedupstore-flush"] == "ds-flush" and comms["dedupstore-maintain"] == "ds-maintain", comms
 
 
-@pytest.mark.parametrize("bad", [-1, 20, 1.5, True, "10"])
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def test_idle_store_threads_take_sched_idle_and_leave_the_opener_alone(tmp_path: Path) -> None:
+    before = os.sched_getscheduler(threading.get_native_id())
+    with DedupStore.open(tmp_path / "s", durability="flush", thread_nice="idle") as s:
+        s.ensure_namespace("ns")
+        assert s.claim("ns", "k").status is Status.NEW
+        deadline = time.monotonic() + 10
+        while True:  # each of the store's threads takes it when it starts
+            mine = {t.name.split(":")[0]: t for t in threading.enumerate() if t.name.startswith("dedupstore-")}
+            policies = {name: os.sched_getscheduler(t.native_id) for name, t in mine.items()
+                        if name in ("dedupstore-flush", "dedupstore-maintain") and t.native_id}
+            if len(policies) == 2 and set(policies.values()) == {os.SCHED_IDLE} or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        assert policies == {"dedupstore-flush": os.SCHED_IDLE, "dedupstore-maintain": os.SCHED_IDLE}
+        assert os.sched_getscheduler(threading.get_native_id()) == before
+        s.flush()  # applies and checkpoints still run (with the CPU idle, as here)
+        assert s.claim("ns", "k").status is Status.IN_PROGRESS
+
+
+@pytest.mark.parametrize("bad", [-1, 20, 1.5, True, "10", "IDLE", "nice"])
 def test_thread_nice_out_of_range_is_refused_naming_the_range(tmp_path: Path, bad: object) -> None:
-    with pytest.raises(InvalidInputError, match=r"thread_nice must be an int in 0\.\.19"):
+    with pytest.raises(InvalidInputError, match=r"thread_nice must be an int in 0\.\.19 .* or 'idle'"):
         DedupStore.open(tmp_path / "s", thread_nice=bad)  # type: ignore[arg-type]
     assert not (tmp_path / "s").exists()  # refused before anything is made
 

@@ -62,6 +62,22 @@ def parse_cpus(text: str | None, flag: str) -> tuple[int, ...] | None:
     return tuple(sorted(cpus))
 
 
+def parse_thread_nice(text: str) -> int | str:
+    """--thread-nice: 0..MAX_NICE, or "idle"."""
+    from dedupstore import store
+
+    if text == store.IDLE:
+        return text
+    try:
+        steps = int(text)
+    except ValueError:
+        steps = -1
+    if not 0 <= steps <= store.MAX_NICE:
+        raise UsageError(f"--thread-nice must be 0..{store.MAX_NICE} (nice steps below the opening thread) or "
+                         f"{store.IDLE} (SCHED_IDLE); got {text!r}")
+    return steps
+
+
 def add_store_thread_flags(parser: argparse.ArgumentParser, cpus_help: str) -> None:
     """The flags of how an opened store's own threads work (DedupStore.open's
     ``flush_interval``, ``apply_interval``, ``thread_nice`` and
@@ -80,9 +96,9 @@ def add_store_thread_flags(parser: argparse.ArgumentParser, cpus_help: str) -> N
              f"{format_duration(DEFAULT_APPLY_INTERVAL)}; 0 turns write-behind off)",
     )
     parser.add_argument(
-        "--thread-nice", type=int, default=DEFAULT_THREAD_NICE, metavar="N",
+        "--thread-nice", default=str(DEFAULT_THREAD_NICE), metavar="N|idle",
         help=f"nice steps below the opening thread at which the store's own threads run (default "
-        f"{DEFAULT_THREAD_NICE}; 0: the same priority; Linux)",
+        f"{DEFAULT_THREAD_NICE}; 0: the same priority; idle: SCHED_IDLE, below every nice level; Linux)",
     )
     parser.add_argument("--thread-cpus", default=None, metavar="LIST", help=cpus_help)
 
@@ -92,9 +108,7 @@ def store_thread_options(args: argparse.Namespace) -> dict[str, Any]:
     keyword arguments."""
     from dedupstore import store
 
-    if not 0 <= args.thread_nice <= store.MAX_NICE:
-        raise UsageError(f"--thread-nice must be 0..{store.MAX_NICE} (nice steps below the opening thread); "
-                         f"got {args.thread_nice}")
+    thread_nice = parse_thread_nice(args.thread_nice)
     # The store's own bounds, checked here to name the flag.
     apply_s = parse_duration(args.apply_interval, what="--apply-interval", allow_zero=True)
     if apply_s and not store.MIN_APPLY_INTERVAL_S <= apply_s <= store.MAX_APPLY_INTERVAL_S:
@@ -106,7 +120,7 @@ def store_thread_options(args: argparse.Namespace) -> dict[str, Any]:
         "flush_interval": parse_duration(args.flush_interval, what="--flush-interval",
                                          minimum=store.MIN_FLUSH_INTERVAL_S, maximum=store.MAX_FLUSH_INTERVAL_S),
         "apply_interval": apply_s,
-        "thread_nice": args.thread_nice,
+        "thread_nice": thread_nice,
         "thread_cpus": parse_cpus(args.thread_cpus, "--thread-cpus"),
     }
 
