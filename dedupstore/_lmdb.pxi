@@ -242,13 +242,10 @@ def lmdb_write(txn, dict dbs, list puts, list deletes):
 
 
 cdef int _write_order(const void *a, const void *b) noexcept nogil:
-    # Two writes' keys in bytes order, as _entry_order compares them.
+    # Two writes by their keys, as _entry_order orders an overlay's.
     cdef const ds_lmdb_write *x = <const ds_lmdb_write *>a
     cdef const ds_lmdb_write *y = <const ds_lmdb_write *>b
-    cdef int c = memcmp(x.key, y.key, x.key_len if x.key_len < y.key_len else y.key_len)
-    if c != 0:
-        return c
-    return (x.key_len > y.key_len) - (x.key_len < y.key_len)
+    return _bytes_order(x.key, x.key_len, y.key, y.key_len)
 
 
 def lmdb_write_overlay(txn, dict dbs, Overlay ov):

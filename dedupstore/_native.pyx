@@ -1964,14 +1964,18 @@ cdef struct _entry:
     PyObject *value
 
 
-cdef int _entry_order(const void *a, const void *b) noexcept nogil:
-    # bytes order: the common prefix, then the shorter first.
-    cdef const _entry *x = <const _entry *>a
-    cdef const _entry *y = <const _entry *>b
-    cdef int c = memcmp(x.data, y.data, x.size if x.size < y.size else y.size)
+cdef inline int _bytes_order(const void *a, size_t an, const void *b, size_t bn) noexcept nogil:
+    # bytes order (LMDB's default): the common prefix, then the shorter first.
+    cdef int c = memcmp(a, b, an if an < bn else bn)
     if c != 0:
         return c
-    return (x.size > y.size) - (x.size < y.size)
+    return (an > bn) - (an < bn)
+
+
+cdef int _entry_order(const void *a, const void *b) noexcept nogil:
+    cdef const _entry *x = <const _entry *>a
+    cdef const _entry *y = <const _entry *>b
+    return _bytes_order(x.data, <size_t>x.size, y.data, <size_t>y.size)
 
 
 cdef Py_ssize_t _sorted_items(dict m, dict f, int code, list out, list deletes=None) except -1:

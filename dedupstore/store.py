@@ -128,10 +128,10 @@ DEFAULT_THREAD_NICE = 10
 MAX_NICE = 19
 #: ``thread_nice`` below every nice level: the store's threads take Linux's
 #: SCHED_IDLE policy, and run only on a CPU no other thread wants. A caller
-#: that wakes on the CPU one of them has takes it at once, where at nice 19
-#: it may wait out the running thread's slice (about a millisecond): the
-#: batch p99 at 50,000 events/s fell from 1.8-1.9 ms to 0.3-0.4 ms
-#: (docs/benchmarks.md, twenty-second session). Its price: under other
+#: that wakes on the CPU one of them has takes it at once, where at a nice
+#: level it may wait out the running thread's slice (a millisecond or more):
+#: the batch p99 at 50,000 events/s was 1.3-1.4 ms at nice 10 and
+#: 0.35-0.52 ms this way (docs/benchmarks.md, twenty-second session). Its price: under other
 #: processes' full load the store's own work (applies, eviction, filters,
 #: checkpoints) waits for idle time, and a caller that needs the GIL one of
 #: those threads holds waits with it.
