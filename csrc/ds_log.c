@@ -18,6 +18,7 @@ void ds_log_init(ds_log *l, int fd, uint64_t map_bytes, uint64_t chunk)
     l->reserved = 0;
     l->chunk = chunk ? chunk : 1;
     l->mapped_writes = 0;
+    l->populated = 0;
     if (map_bytes == 0 || map_bytes > SIZE_MAX) {
         return;
     }
@@ -98,6 +99,9 @@ int ds_log_cut(ds_log *l, uint64_t offset)
     if (offset < l->reserved) {
         l->reserved = offset;
     }
+    if (offset < __atomic_load_n(&l->populated, __ATOMIC_RELAXED)) {
+        __atomic_store_n(&l->populated, offset, __ATOMIC_RELAXED);
+    }
     return ftruncate(l->fd, (off_t)offset) == 0 ? 0 : errno;
 }
 
@@ -106,7 +110,7 @@ int ds_log_cut(ds_log *l, uint64_t offset)
 #define MADV_POPULATE_WRITE 23
 #endif
 
-int ds_log_prefault(const ds_log *l, uint64_t offset, uint64_t length)
+int ds_log_prefault(ds_log *l, uint64_t offset, uint64_t length)
 {
     /* Read once: the writer's calls may move them on meanwhile (only ever
      * forward, but for a cut), and a stale value only populates less. */
@@ -124,13 +128,22 @@ int ds_log_prefault(const ds_log *l, uint64_t offset, uint64_t length)
     if (end > top) {
         end = top;
     }
+    uint64_t done = __atomic_load_n(&l->populated, __ATOMIC_RELAXED);
+    if (offset < done) {
+        offset = done;
+    }
     offset -= offset % page;
     if (offset >= end) {
         return 0;
     }
     /* Population fails with an error code, never SIGBUS, where a page is
      * not backed (a file cut shorter meanwhile). */
-    return madvise(l->base + offset, (size_t)(end - offset), MADV_POPULATE_WRITE) == 0 ? 0 : errno;
+    if (madvise(l->base + offset, (size_t)(end - offset), MADV_POPULATE_WRITE) != 0) {
+        return errno;
+    }
+    /* Whole pages only: the one holding ``end`` is asked for again. */
+    __atomic_store_n(&l->populated, end - end % page, __ATOMIC_RELAXED);
+    return 0;
 }
 
 void ds_log_release(ds_log *l)

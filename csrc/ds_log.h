@@ -38,6 +38,7 @@ typedef struct ds_log {
     uint64_t reserved; /* file space allocated from offset 0 */
     uint64_t chunk;    /* bytes reserved at a time */
     uint64_t mapped_writes; /* records copied into the mapping (for stats and tests) */
+    uint64_t populated; /* the pages below were faulted in by ds_log_prefault already */
 } ds_log;
 
 /* Sets ``l`` up over ``fd`` (open for reading and writing), mapping its
@@ -65,10 +66,16 @@ int ds_log_cut(ds_log *l, uint64_t offset);
  * are reserved already (madvise MADV_POPULATE_WRITE): the page faults (and
  * the zeroing of fresh page-cache pages) that the writer's first stores to
  * them would take, taken in another thread ahead of the writer. The pages'
- * contents do not change. Safe beside the writer's calls, not beside
- * ds_log_release. Returns 0, or an errno value (EINVAL from a kernel before
- * Linux 5.14: advice only, nothing is lost). */
-int ds_log_prefault(const ds_log *l, uint64_t offset, uint64_t length);
+ * contents do not change. Pages an earlier call populated are not asked
+ * for again (``populated``): the flusher calls this every few milliseconds
+ * with a window far wider than what the writer moved on meanwhile, and the
+ * kernel walked every page of it each time. (A populated page that
+ * writeback cleaned since is write-protected again: the writer's first
+ * store to it takes a minor fault, as it would have without this.) Safe
+ * beside the writer's calls, not beside ds_log_release. Returns 0, or an
+ * errno value (EINVAL from a kernel before Linux 5.14: advice only, nothing
+ * is lost; those pages are asked for again next time). */
+int ds_log_prefault(ds_log *l, uint64_t offset, uint64_t length);
 
 /* Unmaps (the descriptor is the caller's to close). */
 void ds_log_release(ds_log *l);

@@ -216,6 +216,10 @@ static void test_prefault(void)
         CHECK_EQ(rc, 0);
         CHECK_EQ(resident(&l, 0, 8), 8); /* from the page holding offset 100 */
         CHECK_EQ(resident(&l, 9, reserved_pages), 0);
+        /* Whole pages populated so far: the partial ninth is asked for again. */
+        CHECK_EQ(l.populated, 8 * (uint64_t)page);
+        CHECK_EQ(ds_log_prefault(&l, 0, 4 * (uint64_t)page), 0);
+        CHECK_EQ(l.populated, 8 * (uint64_t)page); /* nothing new asked for: no walk, no move back */
         /* Asked far past the reservation: the reserved pages only, no SIGBUS,
          * the file no longer. */
         long long size = file_size(fd);
@@ -229,6 +233,7 @@ static void test_prefault(void)
         CHECK(back[0] == 'p' && back[99] == 'p');
         /* Cut short: nothing past the cut is asked for. */
         CHECK_EQ(ds_log_cut(&l, (uint64_t)page), 0);
+        CHECK(l.populated <= (uint64_t)page);
         CHECK_EQ(ds_log_prefault(&l, 0, 1 << 20), 0);
         CHECK_EQ(file_size(fd), page);
     }
