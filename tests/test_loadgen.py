@@ -259,14 +259,21 @@ class _SlowCounts(dict):  # type: ignore[type-arg]
 
 
 class _TimedStore:
-    """A store whose every call takes 1 ms of wall time."""
+    """A store whose every call takes 1 ms of wall time: asleep, or on the
+    CPU (``spin``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, spin: bool = False) -> None:
         self.calls = 0
+        self.spin = spin
 
     def _call(self) -> None:
         self.calls += 1
-        time.sleep(0.001)
+        if self.spin:
+            end = time.thread_time() + 0.001
+            while time.thread_time() < end:
+                pass
+        else:
+            time.sleep(0.001)
 
     def claim_many(self, namespace: str, keys: list[Any], intents: list[Any], *, event_times: Any) -> Any:
         self._call()
@@ -276,6 +283,13 @@ class _TimedStore:
     def complete_many(self, namespace: str, items: list[Any]) -> list[None]:
         self._call()
         return [None] * len(items)
+
+    def claim(self, namespace: str, key: Any, intent: Any, *, event_time: Any) -> Any:
+        self._call()
+        return type("R", (), {"status": Status.NEW, "token": 1, "key": key})()
+
+    def complete(self, namespace: str, key: Any, token: int, outcome: bytes) -> None:
+        self._call()
 
     def release_many(self, namespace: str, items: list[Any]) -> list[None]:
         self._call()
@@ -296,6 +310,27 @@ def test_the_consumer_charges_the_store_only_for_its_calls() -> None:
     # 15 ms of calls; the 40 ms of counting between them is not charged.
     assert 0.015 <= consumer.busy_seconds < 0.05, consumer.busy_seconds
     assert consumer.busy_cpu_seconds < consumer.busy_seconds
+
+
+@pytest.mark.parametrize("spin", [False, True])
+def test_the_consumer_estimates_its_calls_cpu_from_a_sample(spin: bool) -> None:
+    # The thread's CPU clock is read around about one call in
+    # CPU_SAMPLE_EVERY; the estimate scales the calls' wall time by the
+    # sampled calls' CPU over wall. Calls that sleep cost next to no CPU;
+    # calls that spin cost about their wall time (less where this machine
+    # took the CPU away meanwhile, never more).
+    n = 40 * loadgen.CPU_SAMPLE_EVERY
+    stream = loadgen.Stream([f"k{i}" for i in range(n)], [None] * n, [None] * n, [False] * n)
+    store = _TimedStore(spin=spin)
+    consumer = loadgen._Consumer(store, stream, 0.0, dict.fromkeys(Status, 0))  # type: ignore[arg-type]
+    for i in range(n):
+        consumer.single(i)
+    assert store.calls == 2 * n  # a claim and a complete each
+    assert 0 < consumer._sampled_wall < consumer.busy_seconds  # some calls sampled, not all
+    if spin:
+        assert 0.5 * consumer.busy_seconds < consumer.busy_cpu_seconds <= consumer.busy_seconds
+    else:
+        assert consumer.busy_cpu_seconds < 0.2 * consumer.busy_seconds
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")
