@@ -806,6 +806,29 @@ def test_a_tick_gives_the_window_up_to_another_writer_without_waiting_for_the_ap
             assert ns.spaces[0].lookup(txn, b"a", s._now_us()) is not None
 
 
+def test_a_tick_applies_a_window_that_holds_many_keys_before_it_is_due(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # At a high rate an overlay would reach MAX_PENDING before the apply
+    # interval is up, and the call that reached it would apply it: the
+    # flusher's tick applies it at APPLY_EARLY_KEYS instead.
+    with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
+        s.ensure_namespace("n")
+        for key in "abc":
+            s.claim("n", key)
+        win = s._parts[0].window
+        assert win is not None and win.active
+        held = len(win.overlay or ())
+        monkeypatch.setattr(window, "APPLY_EARLY_KEYS", held + 1)
+        applies = win.stats()["applies"]
+        win.tick()
+        assert win.stats()["applies"] == applies and len(win.overlay or ()) == held  # not due, not full
+        s.claim("n", "d")
+        win.tick()  # (or the flusher's own tick, first)
+        assert win.stats()["applies"] == applies + 1 and len(win.overlay or ()) == 0
+        assert win.active and win._apply_at > time.monotonic() + 0.5  # the interval starts again
+
+
 def test_a_failed_apply_keeps_every_write_for_the_next(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
         s.ensure_namespace("n")
