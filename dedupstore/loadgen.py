@@ -46,10 +46,12 @@ from .store import (
     DEFAULT_APPLY_INTERVAL,
     DEFAULT_EVICTION_RATE,
     DEFAULT_THREAD_NICE,
+    DEFAULT_THREAD_SLICE,
     FILTERS_PER_REFRESH,
     DedupStore,
     check_thread_cpus,
     check_thread_nice,
+    check_thread_slice,
 )
 from .verdicts import Status
 
@@ -83,6 +85,9 @@ class LoadConfig:
     #: CPUs the store's own threads are kept on (DedupStore.open's
     #: ``thread_cpus``; None: wherever the process may run).
     thread_cpus: tuple[int, ...] | None = None
+    #: The time slice the store's own threads ask for (seconds; 0: the
+    #: kernel's; DedupStore.open's ``thread_slice``).
+    thread_slice: float = DEFAULT_THREAD_SLICE
     #: CPUs the consumer (the thread that runs the schedule) is kept on for
     #: the run and its floor (None: wherever the process may run).
     consumer_cpus: tuple[int, ...] | None = None
@@ -124,6 +129,7 @@ class LoadConfig:
             raise InvalidInputError(f"batch sizes must be 1..100,000; got {self.batch} and {self.max_batch}")
         check_thread_nice(self.thread_nice)  # before the stream is made, not at the store's open
         check_thread_cpus(self.thread_cpus)
+        check_thread_slice(self.thread_slice)
         check_thread_cpus(self.consumer_cpus, "consumer_cpus")
         if not 1 <= self.time_scale <= 1_000_000:
             raise InvalidInputError(f"time_scale must be 1..1,000,000; got {self.time_scale!r}")
@@ -304,6 +310,7 @@ class LoadReport:
             "apply_interval_seconds": c.apply_interval,
             "thread_nice": c.thread_nice,
             "thread_cpus": None if c.thread_cpus is None else sorted(c.thread_cpus),
+            "thread_slice_seconds": c.thread_slice,
             "consumer_cpus": None if c.consumer_cpus is None else sorted(c.consumer_cpus),
             "mode": c.mode,
             "batch": c.batch if c.mode == "batch" else (c.max_batch if c.mode == "poll" else 1),
@@ -572,6 +579,7 @@ def _run(
         eviction_rate=DEFAULT_EVICTION_RATE if config.eviction else 0,
         thread_nice=config.thread_nice,
         thread_cpus=config.thread_cpus,
+        thread_slice=config.thread_slice,
     ) as store:
         lease = min(LEASE_WALL_S * config.time_scale, 7 * 86_400.0)
         store.ensure_namespace(NAMESPACE, horizon=config.horizon, lease=lease)

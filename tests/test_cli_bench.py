@@ -25,6 +25,7 @@ def test_bench_json_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path, d
     assert code == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["thread_nice"] == (3 if nice == "3" else "idle")
+    assert doc["thread_slice_seconds"] == 0.01  # the store's default, DEFAULT_THREAD_SLICE
     for key in ("achieved_rate", "p50_us", "p99_us", "p999_us", "cpu_share", "verdicts", "bytes_on_disk", "events"):
         assert key in doc
     assert doc["events"] == 2000 == doc["claimed"] and doc["unclaimed"] == 0
@@ -81,6 +82,11 @@ def test_bench_table_and_bad_input(capsys: pytest.CaptureFixture[str], tmp_path:
     for nice in ("-1", "20", "lowest"):
         code, _, err = run(capsys, "bench", "--thread-nice", nice)
         assert code == 2 and "--thread-nice must be 0..19 (nice steps below the opening thread) or idle" in err
+    for slice_ in ("50us", "1s", "long"):
+        code, _, err = run(capsys, "bench", "--thread-slice", slice_)
+        assert code == 2 and "--thread-slice" in err, err
+        if slice_ != "long":
+            assert "--thread-slice must be 0 (the kernel's own) or 100us..100ms" in err, err
     for interval in ("0.1ms", "2s"):
         code, _, err = run(capsys, "bench", "--apply-interval", interval)
         assert code == 2 and "--apply-interval must be 0 (no write-behind) or 500us..1s" in err, err

@@ -13,6 +13,7 @@ import lmdb
 import pytest
 from conftest import FakeClock
 
+from dedupstore import store as store_module
 from dedupstore import (
     DedupStore,
     InvalidInputError,
@@ -314,6 +315,57 @@ def test_idle_store_threads_take_sched_idle_and_leave_the_opener_alone(tmp_path:
         assert os.sched_getscheduler(threading.get_native_id()) == before
         s.flush()  # applies and checkpoints still run (with the CPU idle, as here)
         assert s.claim("ns", "k").status is Status.IN_PROGRESS
+
+
+def _store_threads(s: DedupStore) -> dict[str, int]:
+    """The store's own threads' native ids by name, once both have started."""
+    deadline = time.monotonic() + 10
+    while True:
+        mine = {t.name.split(":")[0]: t.native_id for t in threading.enumerate()
+                if t.name.split(":")[0] in ("dedupstore-flush", "dedupstore-maintain") and t.native_id}
+        if len(mine) == 2 or time.monotonic() > deadline:
+            return mine
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("thread_slice", [0.01, "20ms", 0])
+def test_store_threads_ask_for_a_longer_time_slice(tmp_path: Path, thread_slice: object) -> None:
+    # Linux 6.12 and later report a SCHED_OTHER thread's slice as its
+    # sched_runtime; earlier kernels 0 (and ignore the request).
+    me = store_module._sched_attr(threading.get_native_id())
+    if me is None or me.sched_runtime == 0:
+        pytest.skip("this kernel has no per-thread time slices (Linux 6.12) or no sched_getattr here")
+    base = me.sched_runtime
+    with DedupStore.open(tmp_path / "s", durability="flush", thread_slice=thread_slice) as s:  # type: ignore[arg-type]
+        mine = _store_threads(s)
+        assert len(mine) == 2
+        # Each thread sets its own when it starts: wait for both.
+        want = {0.01: 10_000_000, "20ms": 20_000_000, 0: base}[thread_slice]  # type: ignore[index]
+        deadline = time.monotonic() + 10
+        while True:
+            attrs = {name: store_module._sched_attr(tid) for name, tid in mine.items()}
+            got = {name: (a.sched_policy, a.sched_runtime) for name, a in attrs.items() if a is not None}
+            if set(got.values()) == {(os.SCHED_OTHER, want)} or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        assert got == {"dedupstore-flush": (os.SCHED_OTHER, want), "dedupstore-maintain": (os.SCHED_OTHER, want)}
+        assert all(a is not None and a.sched_nice == min(19, 10 + me.sched_nice) for a in attrs.values())  # nice kept
+        after = store_module._sched_attr(threading.get_native_id())
+        assert after is not None and after.sched_runtime == base  # the opener's is left alone
+
+
+@pytest.mark.parametrize(("bad", "message"), [
+    (50e-6, r"thread_slice must be 0 \(the kernel's own\) or 100us\.\.100ms; got 5e-05"),
+    (0.2, r"thread_slice must be 0 \(the kernel's own\) or 100us\.\.100ms; got 0\.2"),
+    ("1s", r"thread_slice must be 0 \(the kernel's own\) or 100us\.\.100ms; got '1s'"),
+    (-1, r"thread_slice must be >= 0"),
+    (True, r"thread_slice must be seconds"),
+    ("long", r"thread_slice 'long' is not a duration"),
+])
+def test_thread_slice_out_of_range_is_refused_naming_the_range(tmp_path: Path, bad: object, message: str) -> None:
+    with pytest.raises(InvalidInputError, match=message):
+        DedupStore.open(tmp_path / "s", thread_slice=bad)  # type: ignore[arg-type]
+    assert not (tmp_path / "s").exists()  # refused before anything is made
 
 
 @pytest.mark.parametrize("bad", [-1, 20, 1.5, True, "10", "IDLE", "nice"])

@@ -80,10 +80,15 @@ def parse_thread_nice(text: str) -> int | str:
 
 def add_store_thread_flags(parser: argparse.ArgumentParser, cpus_help: str) -> None:
     """The flags of how an opened store's own threads work (DedupStore.open's
-    ``flush_interval``, ``apply_interval``, ``thread_nice`` and
-    ``thread_cpus``), as the verbs that open a store to run it share them;
+    ``flush_interval``, ``apply_interval``, ``thread_nice``,
+    ``thread_slice`` and ``thread_cpus``), as the verbs that open a store to run it share them;
     :func:`store_thread_options` reads them."""
-    from dedupstore.store import DEFAULT_APPLY_INTERVAL, DEFAULT_FLUSH_INTERVAL, DEFAULT_THREAD_NICE
+    from dedupstore.store import (
+        DEFAULT_APPLY_INTERVAL,
+        DEFAULT_FLUSH_INTERVAL,
+        DEFAULT_THREAD_NICE,
+        DEFAULT_THREAD_SLICE,
+    )
 
     parser.add_argument(
         "--flush-interval", default=format_duration(DEFAULT_FLUSH_INTERVAL), metavar="DURATION",
@@ -99,6 +104,12 @@ def add_store_thread_flags(parser: argparse.ArgumentParser, cpus_help: str) -> N
         "--thread-nice", default=str(DEFAULT_THREAD_NICE), metavar="N|idle",
         help=f"nice steps below the opening thread at which the store's own threads run (default "
         f"{DEFAULT_THREAD_NICE}; 0: the same priority; idle: SCHED_IDLE, below every nice level; Linux)",
+    )
+    parser.add_argument(
+        "--thread-slice", default=format_duration(DEFAULT_THREAD_SLICE), metavar="DURATION",
+        help=f"the time slice the store's own threads ask for, longer than other threads' so that a caller "
+        f"waking beside one of them runs at once (default {format_duration(DEFAULT_THREAD_SLICE)}; 0: the "
+        f"kernel's; Linux 6.12 and later)",
     )
     parser.add_argument("--thread-cpus", default=None, metavar="LIST", help=cpus_help)
 
@@ -116,12 +127,19 @@ def store_thread_options(args: argparse.Namespace) -> dict[str, Any]:
             f"--apply-interval must be 0 (no write-behind) or {format_duration(store.MIN_APPLY_INTERVAL_S)}.."
             f"{format_duration(store.MAX_APPLY_INTERVAL_S)}; got {args.apply_interval!r}"
         )
+    slice_s = parse_duration(args.thread_slice, what="--thread-slice", allow_zero=True)
+    if slice_s and not store.MIN_THREAD_SLICE_S <= slice_s <= store.MAX_THREAD_SLICE_S:
+        raise UsageError(
+            f"--thread-slice must be 0 (the kernel's own) or {format_duration(store.MIN_THREAD_SLICE_S)}.."
+            f"{format_duration(store.MAX_THREAD_SLICE_S)}; got {args.thread_slice!r}"
+        )
     return {
         "flush_interval": parse_duration(args.flush_interval, what="--flush-interval",
                                          minimum=store.MIN_FLUSH_INTERVAL_S, maximum=store.MAX_FLUSH_INTERVAL_S),
         "apply_interval": apply_s,
         "thread_nice": thread_nice,
         "thread_cpus": parse_cpus(args.thread_cpus, "--thread-cpus"),
+        "thread_slice": slice_s,
     }
 
 
