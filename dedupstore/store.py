@@ -837,6 +837,8 @@ class DedupStore(_native.StoreCore):
         #: or whether they take SCHED_IDLE (_idle_policy).
         self._nice: int | None = None
         self._idle = False
+        #: The time slice they ask for (_long_slice; 0: the kernel's).
+        self._slice = 0.0
         #: The CPUs they are kept on (_pin; None: anywhere).
         self._cpus: frozenset[int] | None = None
         self._evict_batch = DEFAULT_EVICTION_BATCH

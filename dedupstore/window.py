@@ -518,7 +518,7 @@ class Window(_native.WindowCore):
                         self._apply(closing=True)
                 return
             now = time.monotonic()
-            if now < self._apply_at and len(self.overlay) < APPLY_EARLY_KEYS:
+            if now < self._apply_at and len(self.overlay or ()) < APPLY_EARLY_KEYS:
                 return
             self._apply_at = now + self._apply_s
             self._behind(None, helped=self._calls_apply and helping())

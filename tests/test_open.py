@@ -13,7 +13,6 @@ import lmdb
 import pytest
 from conftest import FakeClock
 
-from dedupstore import store as store_module
 from dedupstore import (
     DedupStore,
     InvalidInputError,
@@ -21,6 +20,7 @@ from dedupstore import (
     StoreClosedError,
     StoreFormatError,
 )
+from dedupstore import store as store_module
 
 
 @pytest.mark.parametrize("durability", ["sync", "flush"])
