@@ -146,13 +146,14 @@ IDLE = "idle"
 #: ``sched_runtime`` of a SCHED_OTHER thread; 0 leaves the kernel's).
 #: A waking thread whose slice is shorter than the running thread's takes
 #: the CPU at once (the kernel's PREEMPT_SHORT), where with equal slices it
-#: may wait out the running one's (the kernel's base slice, 0.75-3 ms by
-#: CPU count). Every other thread keeps the base slice, so a caller that
+#: may wait out the running one's (the kernel's base slice: 1.4 ms on the
+#: 2-CPU machine of docs/benchmarks.md, a few ms on larger machines). Every other thread keeps the base slice, so a caller that
 #: wakes on a CPU one of the store's threads has gets it at once, as with
 #: IDLE, while those threads keep their nice level's share of the CPU under
-#: load: the batch p99 at 30,000 events/s fell from 1.6-1.7 ms to 0.7-0.9 ms
-#: (docs/benchmarks.md, twenty-third session). Well above any base slice;
-#: the kernel takes 100 us..100 ms. Ignored with IDLE and off Linux.
+#: load: the batch p99 at 30,000 events/s fell from 1.0-1.6 ms to 0.53-0.61
+#: ms, and the highest rate of batches of 100 from 37,350 to 170,859-209,259
+#: events/s (docs/benchmarks.md, twenty-third session). Well above any base
+#: slice; the kernel takes 100 us..100 ms. Ignored with IDLE and off Linux.
 DEFAULT_THREAD_SLICE = 0.01
 MIN_THREAD_SLICE_S = 0.0001
 MAX_THREAD_SLICE_S = 0.1
