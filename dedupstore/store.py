@@ -147,8 +147,9 @@ IDLE = "idle"
 #: A waking thread whose slice is shorter than the running thread's takes
 #: the CPU at once (the kernel's PREEMPT_SHORT), where with equal slices it
 #: may wait out the running one's (the kernel's base slice: 1.4 ms on the
-#: 2-CPU machine of docs/benchmarks.md, a few ms on larger machines). Every other thread keeps the base slice, so a caller that
-#: wakes on a CPU one of the store's threads has gets it at once, as with
+#: 2-CPU machine of docs/benchmarks.md, a few ms on larger machines). Every
+#: other thread keeps the base slice, so a caller that wakes on a CPU one
+#: of the store's threads has gets it at once, as with
 #: IDLE, while those threads keep their nice level's share of the CPU under
 #: load: the batch p99 at 30,000 events/s fell from 1.0-1.6 ms to 0.53-0.61
 #: ms, and the highest rate of batches of 100 from 37,350 to 170,859-209,259
