@@ -114,7 +114,7 @@ TRICKLE_S = 0.02
 #: Each apply writes every LMDB page its keys fall on (copy-on-write), so
 #: seldom applies write fewer pages per key: at 18,000 events/s, 50 ms wrote
 #: 3.3x fewer bytes than 5 ms, and 200 ms 2.2x fewer than 50 ms, with a
-#: quarter less of the store's threads' CPU and no worse p99
+#: quarter to a third less of the store's threads' CPU and no worse p99
 #: (docs/benchmarks.md, twenty-third session). Longer still saves less
 #: (1 s: 1.6x fewer bytes than 200 ms) and holds more keys in memory.
 #: Another process that wants the partition waits for window.CHECK_S, not
@@ -149,12 +149,12 @@ IDLE = "idle"
 #: may wait out the running one's (the kernel's base slice: 1.4 ms on the
 #: 2-CPU machine of docs/benchmarks.md, a few ms on larger machines). Every
 #: other thread keeps the base slice, so a caller that wakes on a CPU one
-#: of the store's threads has gets it at once, as with
-#: IDLE, while those threads keep their nice level's share of the CPU under
-#: load: the batch p99 at 30,000 events/s fell from 1.0-1.6 ms to 0.53-0.61
-#: ms, and the highest rate of batches of 100 from 37,350 to 170,859-209,259
-#: events/s (docs/benchmarks.md, twenty-third session). Well above any base
-#: slice; the kernel takes 100 us..100 ms. Ignored with IDLE and off Linux.
+#: of the store's threads has gets it at once, as with IDLE, while those
+#: threads keep their nice level's share of the CPU under load: the batch
+#: p99 at 30,000 events/s fell from 1.0-1.6 ms to 0.53-0.61 ms, and the
+#: highest rate of batches of 100 from 37,350 to 170,859-209,259 events/s
+#: (docs/benchmarks.md, twenty-third session). Well above any base slice;
+#: the kernel takes 100 us..100 ms. Ignored with IDLE and off Linux.
 DEFAULT_THREAD_SLICE = 0.01
 MIN_THREAD_SLICE_S = 0.0001
 MAX_THREAD_SLICE_S = 0.1

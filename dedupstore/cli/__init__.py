@@ -81,8 +81,8 @@ def parse_thread_nice(text: str) -> int | str:
 def add_store_thread_flags(parser: argparse.ArgumentParser, cpus_help: str) -> None:
     """The flags of how an opened store's own threads work (DedupStore.open's
     ``flush_interval``, ``apply_interval``, ``thread_nice``,
-    ``thread_slice`` and ``thread_cpus``), as the verbs that open a store to run it share them;
-    :func:`store_thread_options` reads them."""
+    ``thread_slice`` and ``thread_cpus``), as the verbs that open a store to
+    run it share them; :func:`store_thread_options` reads them."""
     from dedupstore.store import (
         DEFAULT_APPLY_INTERVAL,
         DEFAULT_FLUSH_INTERVAL,
