@@ -314,13 +314,14 @@ def _lower_priority(target: int | None) -> None:
         log.debug("dedupstore: could not lower thread %d's priority to nice %d: %s", tid, target, exc)
 
 
-def check_thread_slice(seconds: object) -> float:
+def check_thread_slice(seconds: object, what: str = "thread_slice") -> float:
     """``thread_slice`` in seconds: 0 (the kernel's own) or
-    MIN_THREAD_SLICE_S..MAX_THREAD_SLICE_S, else refused naming the bounds."""
-    value = parse_duration(seconds, what="thread_slice", allow_zero=True)
+    MIN_THREAD_SLICE_S..MAX_THREAD_SLICE_S, else refused naming ``what``
+    and the bounds."""
+    value = parse_duration(seconds, what=what, allow_zero=True)
     if value and not MIN_THREAD_SLICE_S <= value <= MAX_THREAD_SLICE_S:
         raise InvalidInputError(
-            f"thread_slice must be 0 (the kernel's own) or {format_duration(MIN_THREAD_SLICE_S)}.."
+            f"{what} must be 0 (the kernel's own) or {format_duration(MIN_THREAD_SLICE_S)}.."
             f"{format_duration(MAX_THREAD_SLICE_S)}; got {seconds!r}"
         )
     return value

@@ -127,19 +127,13 @@ def store_thread_options(args: argparse.Namespace) -> dict[str, Any]:
             f"--apply-interval must be 0 (no write-behind) or {format_duration(store.MIN_APPLY_INTERVAL_S)}.."
             f"{format_duration(store.MAX_APPLY_INTERVAL_S)}; got {args.apply_interval!r}"
         )
-    slice_s = parse_duration(args.thread_slice, what="--thread-slice", allow_zero=True)
-    if slice_s and not store.MIN_THREAD_SLICE_S <= slice_s <= store.MAX_THREAD_SLICE_S:
-        raise UsageError(
-            f"--thread-slice must be 0 (the kernel's own) or {format_duration(store.MIN_THREAD_SLICE_S)}.."
-            f"{format_duration(store.MAX_THREAD_SLICE_S)}; got {args.thread_slice!r}"
-        )
     return {
         "flush_interval": parse_duration(args.flush_interval, what="--flush-interval",
                                          minimum=store.MIN_FLUSH_INTERVAL_S, maximum=store.MAX_FLUSH_INTERVAL_S),
         "apply_interval": apply_s,
         "thread_nice": thread_nice,
         "thread_cpus": parse_cpus(args.thread_cpus, "--thread-cpus"),
-        "thread_slice": slice_s,
+        "thread_slice": store.check_thread_slice(args.thread_slice, "--thread-slice"),
     }
 
 
