@@ -107,8 +107,9 @@ MIN_FLUSH_INTERVAL_S = 0.001
 MAX_FLUSH_INTERVAL_S = 3600.0
 #: Between checkpoints, writeback of the data files is started this often
 #: (flush mode, and write-behind in either mode; in sync mode also after each
-#: group commit's journal fdatasync).
-TRICKLE_S = 0.02
+#: group commit's journal fdatasync). As seldom as window.CHECK_S: each
+#: wakes the flusher, which costs more than the writeback it starts.
+TRICKLE_S = 0.05
 #: How long a returned write may wait in this process's
 #: write-behind window before it is applied to LMDB (dedupstore/window.py).
 #: Each apply writes every LMDB page its keys fall on (copy-on-write), so
@@ -590,7 +591,7 @@ class _Partition:
         process or another: this process's window is applied first (a scan
         cannot read through it), and while another process's window is open
         (or a dead one's is not yet taken over) a write transaction waits it
-        out first, which takes about window.CHECK_S (5 ms)."""
+        out first, which takes up to window.CHECK_S (50 ms)."""
         window = self.window
         if window is not None:
             window.apply()
@@ -696,8 +697,8 @@ class DedupStore(_native.StoreCore):
         (docs/guarantees.md); ``apply_interval`` (0 turns write-behind
         off; default 200 ms) is how often this process's write-behind window
         is applied to LMDB while it is a partition's only writer; another
-        process's first write or read of that partition waits about 5 ms for
-        the window to be given up, whatever the interval (docs/guarantees.md);
+        process's first write or read of that partition waits up to 50 ms
+        for the window to be given up, whatever the interval (docs/guarantees.md);
         ``thread_nice`` (0..19, default 10) is how many nice steps below the
         opening thread the store's own threads run on Linux, so that the
         callers' threads get a CPU first (0: the same priority; ``"idle"``:

@@ -125,8 +125,10 @@ MAP_BYTES = SEGMENT_BYTES + (4 << 20)
 RESERVE_BYTES = 1 << 20
 #: How far past the last record the flusher's tick faults a flush-mode
 #: segment's mapping in (LogFile.prefault), so that the calls' stores find
-#: their pages there: many ticks' worth of records at the reference rate.
-PREFAULT_BYTES = 256 << 10
+#: their pages there: all the space reserved ahead, many ticks' worth of
+#: records at the reference rate (about 1.4 MB/s a partition), more than a
+#: tick's at ten times it.
+PREFAULT_BYTES = RESERVE_BYTES
 #: After an attempt to open found another writer, how long until the next.
 REOPEN_S = 0.1
 #: How long a writer waits for another process's window before giving up
@@ -136,8 +138,13 @@ WAIT_LIMIT_S = 30.0
 #: another process that wants to write the partition, and applies an idle
 #: window that is due. Apart from the apply interval, so that applying
 #: seldom (fewer, larger transactions: fewer pages written per key) does not
-#: keep another process waiting longer.
-CHECK_S = 0.005
+#: keep another process waiting longer. Each tick wakes the flusher, and a
+#: wake-up costs far more than the tick's own work: at 18,000 events/s,
+#: ticking every 5 ms (with writeback started every 20 ms) took 5.8% of a
+#: core in the store's threads, every 50 ms 3.8% (docs/benchmarks.md,
+#: twenty-fourth session). Another process waits at most this once, for
+#: its first write or read of a partition whose window this process holds.
+CHECK_S = 0.05
 #: How often a waiting writer looks again.
 WAIT_POLL_S = 0.0005
 #: How many keys' writes a call makes of a flush-mode apply: a few tens of
