@@ -237,6 +237,14 @@ class LoadReport:
     #: them, which is the load generator's): how busy the store kept it.
     store_call_seconds: float = 0.0
     store_call_cpu_seconds: float = 0.0
+    #: The same consumer's rounds run back to back once the run is over (no
+    #: wait between them, so caches stay warm; :data:`BACK_TO_BACK_EVENTS`
+    #: of the run's last events, under keys of their own, in rounds of the
+    #: run's sizes): the CPU seconds of their store calls, and the rounds.
+    #: Against store_call_cpu_seconds per round, what the consumer's waits
+    #: between rounds cost its calls on this machine (docs/cli/bench.md).
+    back_to_back_cpu_seconds: float = 0.0
+    back_to_back_rounds: int = 0
     #: CPU seconds of the store's own threads (checkpoints, applies,
     #: eviction, filters: every thread named ``dedupstore-*``) over the run.
     #: With store_call_cpu_seconds, what the store cost; the rest of
@@ -333,6 +341,10 @@ class LoadReport:
             "store_call_share": round(self.store_call_seconds / self.wall_seconds, 4) if self.wall_seconds else 0.0,
             "store_call_us": round(self.store_call_seconds / self.batches * 1e6, 1) if self.batches else 0.0,
             "store_call_cpu_us": round(self.store_call_cpu_seconds / self.batches * 1e6, 1) if self.batches else 0.0,
+            "store_call_back_to_back_cpu_us": (
+                round(self.back_to_back_cpu_seconds / self.back_to_back_rounds * 1e6, 1)
+                if self.back_to_back_rounds else None
+            ),
             "rounds": _quantiles(sorted(self.call_us)),
             "late_starts": _quantiles(sorted(self.late_us)),
             "verdicts": self.verdicts,
@@ -374,13 +386,16 @@ def run_load(
     path: str | os.PathLike[str] | None = None,
     progress: Callable[[float, LoadReport], None] | None = None,
     stream: Stream | None = None,
+    back_to_back: bool = True,
 ) -> LoadReport:
     """Drive a store at ``config.rate`` for ``config.duration`` seconds.
 
     ``path`` defaults to a fresh temporary directory (removed afterwards).
     ``progress`` is called about once a second with the fraction done.
     ``stream`` reuses events made by :func:`make_stream` (default: made here,
-    before the clock starts).
+    before the clock starts). ``back_to_back``: once the figures are taken,
+    run the consumer's rounds again back to back (the report's
+    ``back_to_back_*`` fields; off, they stay 0).
     """
     config.check()
     if stream is None:
@@ -394,8 +409,8 @@ def run_load(
     try:
         if path is None:
             with tempfile.TemporaryDirectory(prefix="dedupstore-bench-") as tmp:
-                return _run(config, Path(tmp) / "store", progress, stream)
-        return _run(config, Path(path), progress, stream)
+                return _run(config, Path(tmp) / "store", progress, stream, back_to_back)
+        return _run(config, Path(path), progress, stream, back_to_back)
     finally:
         gc.unfreeze()
 
@@ -564,7 +579,8 @@ def _applies(stats: dict[str, Any]) -> dict[str, float]:
 
 
 def _run(
-    config: LoadConfig, root: Path, progress: Callable[[float, LoadReport], None] | None, stream: Stream
+    config: LoadConfig, root: Path, progress: Callable[[float, LoadReport], None] | None, stream: Stream,
+    back_to_back: bool,
 ) -> LoadReport:
     report = LoadReport(config=config, path=str(root))
     clock = AcceleratedClock(config.time_scale)
@@ -586,7 +602,11 @@ def _run(
         with contextlib.ExitStack() as stack:
             if config.bloom and not config.eviction:
                 stack.enter_context(PrefilterRefresher(store))
-            _drive(config, store, stream, clock, report, progress)
+            sizes = _drive(config, store, stream, clock, report, progress)
+            if back_to_back:
+                report.back_to_back_cpu_seconds, report.back_to_back_rounds = _back_to_back(
+                    store, stream, clock.base, sizes
+                )
     report.bytes_on_disk = _disk_bytes(root)
     return report
 
@@ -763,8 +783,9 @@ def _drive(
     clock: AcceleratedClock,
     report: LoadReport,
     progress: Callable[[float, LoadReport], None] | None,
-) -> None:
-    """The measured part: the schedule, the consumer, the figures."""
+) -> list[int] | None:
+    """The measured part: the schedule, the consumer, the figures. Returns
+    the events of each round (None: single claims)."""
     total = len(stream.keys)
     counts = dict.fromkeys(Status, 0)
     consumer = _Consumer(store, stream, clock.base, counts)
@@ -781,10 +802,13 @@ def _drive(
     written0 = sectors_written(device)
     threads0 = _thread_cpu()
 
+    sizes: list[int] = []
+
     def serve(start: int, end: int) -> float:
         if single:
             consumer.single(start)
         else:
+            sizes.append(end - start)
             consumer.batch(start, end)
         return consumer.done
 
@@ -839,6 +863,42 @@ def _drive(
     report.frontier_advance = ret["frontier"] - frontier0
     report.filters = ret["prefilter"]["filters"]
     report.probe_reads = ret["prefilter"]["probes_read"] - reads0
+    return None if single else sizes
+
+
+#: Events the consumer's rounds take again back to back after a run (_back_to_back).
+BACK_TO_BACK_EVENTS = 20_000
+
+
+def _back_to_back(store: DedupStore, stream: Stream, base: float, sizes: list[int] | None) -> tuple[float, int]:
+    """(CPU seconds of the store calls, rounds) of the consumer's rounds run
+    once more with no wait between them: the last BACK_TO_BACK_EVENTS events
+    of ``stream`` under keys of their own (a new key is new again, a repeat
+    of one of them repeats it; their event times are near the clock's), in
+    rounds of ``sizes`` in the run's order (None: single claims). Nothing
+    runs between the calls but the consumer's own bookkeeping, so they find
+    their code and data in the caches: the calls' cost without the refill
+    after the run's waits."""
+    n = min(len(stream.keys), BACK_TO_BACK_EVENTS)
+    first = len(stream.keys) - n
+    own = Stream(
+        [f"b2b:{k}" for k in stream.keys[first:]], stream.intents[first:], stream.times[first:],
+        stream.releases[first:],
+    )
+    consumer = _Consumer(store, own, base, dict.fromkeys(Status, 0))
+    if sizes is not None and not sizes:
+        return 0.0, 0  # the run made no round to copy
+    if sizes is None:
+        for i in range(n):
+            consumer.single(i)
+        return consumer.busy_cpu_seconds, n
+    start = rounds = 0
+    while start < n:
+        end = min(n, start + sizes[rounds % len(sizes)])
+        consumer.batch(start, end)
+        start = end
+        rounds += 1
+    return consumer.busy_cpu_seconds, rounds
 
 
 def generations_per_second(config: LoadConfig) -> float:
@@ -949,7 +1009,7 @@ def find_max_rate(
     def attempt(rate: float) -> bool:
         for n in range(1 + retries):
             # A step whose backlog is not gone a second after it ends has failed.
-            rep = run_load(replace(config, rate=rate, duration=step_seconds, drain=1.0))
+            rep = run_load(replace(config, rate=rate, duration=step_seconds, drain=1.0), back_to_back=False)
             ok = rep.percentile(0.99) <= p99_limit_us and rep.achieved_rate >= min_achieved * rate
             st = RampStep(rate, rep.achieved_rate, rep.percentile(0.5), rep.percentile(0.99), rep.cpu_share, ok,
                           retry=n > 0)

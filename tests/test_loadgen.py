@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from dedupstore import Status, loadgen
+from dedupstore import DedupStore, Status, loadgen
 from dedupstore.errors import InvalidInputError
 from dedupstore.loadgen import (
     LATE_AGE_S,
@@ -74,7 +74,28 @@ def test_run_reports_every_event(tmp_path: Path, mode: str) -> None:
         assert report.batches == 10
     if mode == "single":
         assert report.batches == n
+    # Then the rounds again, back to back, of the run's sizes (poll mode:
+    # whatever was due at each wake-up), on keys of their own.
+    assert report.back_to_back_rounds == {"poll": report.back_to_back_rounds, "batch": 10, "single": n}[mode]
+    assert 1 <= report.back_to_back_rounds <= n and report.back_to_back_cpu_seconds > 0
+    assert doc["store_call_back_to_back_cpu_us"] > 0
     assert gc.get_freeze_count() == 0  # the stream was frozen for the run only
+
+
+def test_the_rounds_back_to_back_claim_keys_of_their_own(tmp_path: Path) -> None:
+    config = LoadConfig(rate=1000, duration=0.3, durability="flush", time_scale=1.0)
+    stream = make_stream(config)
+    report = run_load(config, tmp_path / "s", stream=stream)
+    assert sum(report.verdicts.values()) == 300  # the run's counts only
+    with DedupStore.open(tmp_path / "s") as s:
+        first = [s.lookup(loadgen.NAMESPACE, k) is not None for k in stream.keys]
+        again = [s.lookup(loadgen.NAMESPACE, f"b2b:{k}") is not None for k in stream.keys]
+    # The same events again under keys of their own, with the same outcome
+    # for each key: a record where the run left one (completed), none where
+    # it left none (released, or refused as a replay beyond the horizon).
+    assert again == first and 0.8 * len(first) < sum(first) < len(first)
+    off = run_load(config, tmp_path / "t", stream=stream, back_to_back=False)
+    assert off.back_to_back_rounds == 0 and off.to_dict()["store_call_back_to_back_cpu_us"] is None
 
 
 def test_the_stream_is_out_of_the_collectors_way_during_the_run(

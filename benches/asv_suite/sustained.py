@@ -44,6 +44,11 @@ class Sustained:
     # Of it, the store's: its calls and its own threads, not the load's loop.
     track_store_cpu_share_percent = tracker("% of one core", "store_cpu_percent")
     track_consumer_busy_percent = tracker("% of the time", "consumer_busy_percent")
+    # The store calls' CPU per batch in the run, and the same rounds back to
+    # back after it: their difference is the refill after each of the
+    # consumer's waits on the machine (docs/cli/bench.md, "The machine's floor").
+    track_store_call_cpu_us = tracker("us per batch", "store_call_cpu_us")
+    track_store_call_back_to_back_cpu_us = tracker("us per batch", "store_call_back_to_back_cpu_us")
     track_eviction_lag_max_s = tracker("store-clock s", "eviction", "lag_seconds_max")
     track_bytes_on_disk = tracker("bytes", "bytes_on_disk")
     track_written_bytes_per_event = tracker("bytes", "written_bytes_per_event")

@@ -193,7 +193,8 @@ def _summary(config: LoadConfig, report: LoadReport, doc: dict[str, Any]) -> lis
                     f"{format_number(doc['written_bytes_per_event'])} per event"),
         ("batches", f"{format_number(report.batches)} (mean {doc['mean_batch']} events)"),
         ("consumer", f"in store calls {doc['store_call_share'] * 100:.1f}% of the time: "
-                     f"{doc['store_call_us']:,.0f} us per batch ({doc['store_call_cpu_us']:,.0f} us of CPU)"),
+                     f"{doc['store_call_us']:,.0f} us per batch ({doc['store_call_cpu_us']:,.0f} us of CPU)"
+                     f"{_back_to_back(doc)}"),
         ("rounds", f"{_spread(doc['rounds'])} each (claim, then complete or release); begun late after "
                    f"the loop's wake-up by {_spread(doc['late_starts'])}"),
         ("verdicts", verdicts),
@@ -231,6 +232,14 @@ def _summary(config: LoadConfig, report: LoadReport, doc: dict[str, Any]) -> lis
 
 def _spread(q: dict[str, Any]) -> str:
     return f"p50 {q['p50_us']:,.0f} us, p99 {q['p99_us']:,.0f} us, p99.9 {q['p999_us']:,.0f} us"
+
+
+def _back_to_back(doc: dict[str, Any]) -> str:
+    """The consumer line's tail: its rounds' CPU back to back after the run."""
+    cpu = doc.get("store_call_back_to_back_cpu_us")
+    if cpu is None:
+        return ""
+    return f"; {cpu:,.0f} us of CPU back to back, with no wait between batches"
 
 
 def _floor_cpu(doc: dict[str, Any]) -> str:
