@@ -19,7 +19,6 @@ void ds_log_init(ds_log *l, int fd, uint64_t map_bytes, uint64_t chunk)
     l->chunk = chunk ? chunk : 1;
     l->mapped_writes = 0;
     l->populated = 0;
-    pthread_mutex_init(&l->space, NULL);
     if (map_bytes == 0 || map_bytes > SIZE_MAX) {
         return;
     }
@@ -38,75 +37,33 @@ void ds_log_init(ds_log *l, int fd, uint64_t map_bytes, uint64_t chunk)
     }
 }
 
-/* ``reserved`` and ``mapped`` change under ``space`` only, and are stored
- * with release and loaded with acquire: a writer that sees ``reserved``
- * past its record sees the allocation made before it. */
-static uint64_t load(const uint64_t *p)
+/* Allocates file space up to at least ``end`` (within the mapping), a chunk
+ * ahead; on failure the mapping is written no further. */
+static int reserve(ds_log *l, uint64_t end)
 {
-    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
-}
-
-static void store(uint64_t *p, uint64_t v)
-{
-    __atomic_store_n(p, v, __ATOMIC_RELEASE);
-}
-
-/* Allocates file space up to at least ``end``, a chunk ahead, within the
- * mapping (so up to its end at most), unless another thread did; on failure
- * the mapping is written no further. Returns 0 or the errno value; ``space``
- * is the caller's. */
-static int reserve_locked(ds_log *l, uint64_t end)
-{
-    uint64_t reserved = load(&l->reserved), mapped = load(&l->mapped);
-    if (end > mapped) {
-        end = mapped;
-    }
-    if (end <= reserved) {
-        return 0;
-    }
     uint64_t to = end + l->chunk;
-    if (to > mapped) {
-        to = mapped;
+    if (to > l->mapped) {
+        to = l->mapped;
     }
     int rc;
     do {
-        rc = posix_fallocate(l->fd, (off_t)reserved, (off_t)(to - reserved));
+        rc = posix_fallocate(l->fd, (off_t)l->reserved, (off_t)(to - l->reserved));
     } while (rc == EINTR);
     if (rc != 0) {
-        store(&l->mapped, reserved); /* this record and every later one: pwrite */
-        return rc;
-    }
-    store(&l->reserved, to);
-    return 0;
-}
-
-int ds_log_reserve(ds_log *l, uint64_t end)
-{
-    if (l->base == NULL) {
+        l->mapped = l->reserved; /* this record and every later one: pwrite */
         return 0;
     }
-    pthread_mutex_lock(&l->space);
-    int rc = reserve_locked(l, end);
-    pthread_mutex_unlock(&l->space);
-    return rc;
+    l->reserved = to;
+    return 1;
 }
 
 void *ds_log_span(ds_log *l, uint64_t offset, size_t n)
 {
-    uint64_t end = offset + n;
-    if (l->base == NULL || end > load(&l->mapped)) {
-        return NULL;
+    if (l->base != NULL && offset + n <= l->mapped && (offset + n <= l->reserved || reserve(l, offset + n))) {
+        l->mapped_writes++;
+        return l->base + offset;
     }
-    if (end > load(&l->reserved)) {
-        (void)ds_log_reserve(l, end);
-        /* Looked at again: a refusal (this one or another thread's) lowered
-         * ``mapped`` to the old reservation, short of ``end``. */
-        if (end > load(&l->reserved)) {
-            return NULL;
-        }
-    }
-    l->mapped_writes++;
-    return l->base + offset;
+    return NULL;
 }
 
 int ds_log_write(ds_log *l, const void *p, size_t n, uint64_t offset)
@@ -136,19 +93,16 @@ int ds_log_write(ds_log *l, const void *p, size_t n, uint64_t offset)
 
 int ds_log_cut(ds_log *l, uint64_t offset)
 {
-    pthread_mutex_lock(&l->space);
-    if (offset < load(&l->mapped)) {
-        store(&l->mapped, offset);
+    if (offset < l->mapped) {
+        l->mapped = offset;
     }
-    if (offset < load(&l->reserved)) {
-        store(&l->reserved, offset);
+    if (offset < l->reserved) {
+        l->reserved = offset;
     }
     if (offset < __atomic_load_n(&l->populated, __ATOMIC_RELAXED)) {
         __atomic_store_n(&l->populated, offset, __ATOMIC_RELAXED);
     }
-    int rc = ftruncate(l->fd, (off_t)offset) == 0 ? 0 : errno;
-    pthread_mutex_unlock(&l->space);
-    return rc;
+    return ftruncate(l->fd, (off_t)offset) == 0 ? 0 : errno;
 }
 
 /* Linux 5.14's value, for C libraries older than the advice. */
@@ -160,8 +114,8 @@ int ds_log_prefault(ds_log *l, uint64_t offset, uint64_t length)
 {
     /* Read once: the writer's calls may move them on meanwhile (only ever
      * forward, but for a cut), and a stale value only populates less. */
-    uint64_t top = load(&l->reserved);
-    uint64_t mapped = load(&l->mapped);
+    uint64_t top = __atomic_load_n(&l->reserved, __ATOMIC_RELAXED);
+    uint64_t mapped = __atomic_load_n(&l->mapped, __ATOMIC_RELAXED);
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
     uint64_t end = length > UINT64_MAX - offset ? UINT64_MAX : offset + length;
 
@@ -198,6 +152,5 @@ void ds_log_release(ds_log *l)
         munmap(l->base, l->map_len);
         l->base = NULL;
     }
-    store(&l->mapped, 0);
-    store(&l->reserved, 0);
+    l->mapped = l->reserved = 0;
 }

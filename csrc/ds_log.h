@@ -15,8 +15,7 @@
  * A store to a mapped page the filesystem cannot back is not an error code
  * but SIGBUS, which would kill the process. So the mapping is written only
  * below ``reserved``: space posix_fallocate() has allocated (and so the file's
- * size covers), a chunk ahead of the writes (by the writer, or ahead of it
- * by another thread: ds_log_reserve). Where reserving fails (a full
+ * size covers), a chunk ahead of the writes. Where reserving fails (a full
  * disk, a filesystem without fallocate) or a record does not fit in the
  * mapping, the record and every later one go through pwrite(), whose errors
  * are ordinary return codes. Offsets only grow, so a write is either wholly
@@ -28,7 +27,6 @@
 #ifndef DS_LOG_H
 #define DS_LOG_H
 
-#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -41,7 +39,6 @@ typedef struct ds_log {
     uint64_t chunk;    /* bytes reserved at a time */
     uint64_t mapped_writes; /* records copied into the mapping (for stats and tests) */
     uint64_t populated; /* the pages below were faulted in by ds_log_prefault already */
-    pthread_mutex_t space; /* held while ``reserved`` or ``mapped`` changes (the writer's reserve, ds_log_reserve, ds_log_cut) */
 } ds_log;
 
 /* Sets ``l`` up over ``fd`` (open for reading and writing), mapping its
@@ -65,17 +62,6 @@ int ds_log_write(ds_log *l, const void *p, size_t n, uint64_t offset);
  * an errno value. */
 int ds_log_cut(ds_log *l, uint64_t offset);
 
-/* Reserves file space up to at least ``end`` (within the mapping), a chunk
- * ahead, as the writer's ds_log_span does when a record reaches past the
- * reservation: for another thread (the flusher's tick), so that the writer
- * finds the space there and makes no posix_fallocate() call of its own (a
- * system call of 30 to 180 us on the machine of docs/benchmarks.md). Safe
- * beside the writer's calls (both take ``space``), not beside
- * ds_log_release. Returns 0, or an errno value: where the filesystem
- * refuses the space, the mapping is written no further, as when the writer
- * is refused (its records from there on are pwritten). */
-int ds_log_reserve(ds_log *l, uint64_t end);
-
 /* Faults in, writable, the mapped pages of [offset, offset + length) that
  * are reserved already (madvise MADV_POPULATE_WRITE): the page faults (and
  * the zeroing of fresh page-cache pages) that the writer's first stores to
@@ -91,8 +77,7 @@ int ds_log_reserve(ds_log *l, uint64_t end);
  * is lost; those pages are asked for again next time). */
 int ds_log_prefault(ds_log *l, uint64_t offset, uint64_t length);
 
-/* Unmaps (the descriptor is the caller's to close). Again: nothing. The
- * mutex is left as it is: a default mutex holds no resources. */
+/* Unmaps (the descriptor is the caller's to close). */
 void ds_log_release(ds_log *l);
 
 #endif

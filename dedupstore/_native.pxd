@@ -121,7 +121,6 @@ cdef extern from "ds_log.h":
     int ds_log_write(ds_log *l, const void *p, size_t n, uint64_t offset)
     int ds_log_cut(ds_log *l, uint64_t offset)
     void ds_log_release(ds_log *l) nogil
-    int ds_log_reserve(ds_log *l, uint64_t end) nogil
     int ds_log_prefault(ds_log *l, uint64_t offset, uint64_t length) nogil
 
 

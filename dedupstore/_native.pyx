@@ -1930,23 +1930,17 @@ cdef class LogFile:
             raise OSError(rc, os.strerror(rc))
 
     def prefault(self, uint64_t offset, uint64_t length) -> int:
-        """Reserve file space for ``length`` bytes from ``offset`` (and a
-        chunk more), then fault in, writable, the mapped pages of those
-        bytes (csrc/ds_log.h: ds_log_reserve, ds_log_prefault): the writes
-        then find their space allocated and their pages there, with no
-        system call or page fault of their own. For a thread beside the
-        writer's (the flusher's), without the GIL. Returns 0 or an errno
-        value (a reservation refused: the writes past it are pwritten, as
-        if they had been refused it themselves; else advice, nothing
-        depends on it); 0 once closed."""
+        """Fault in, writable, the mapped and reserved pages of ``length``
+        bytes from ``offset`` (csrc/ds_log.h): the writes' first stores to
+        them then find them there. For a thread beside the writer's (the
+        flusher's), without the GIL. Returns 0 or an errno value (advice:
+        nothing depends on it); 0 once closed."""
         cdef int rc = 0
         if not self._open:
             return 0
         with nogil:
             PyThread_acquire_lock(self._mu, 1)
-            rc = ds_log_reserve(&self._l, offset + length)
-            if rc == 0:
-                rc = ds_log_prefault(&self._l, offset, length)
+            rc = ds_log_prefault(&self._l, offset, length)
             PyThread_release_lock(self._mu)
         return rc
 

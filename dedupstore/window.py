@@ -120,16 +120,14 @@ SEGMENT_BYTES = 16 << 20
 #: first bytes (no system call per call; csrc/ds_log.h), past it pwritten:
 #: room for a segment grown past SEGMENT_BYTES before its next apply.
 MAP_BYTES = SEGMENT_BYTES + (4 << 20)
-#: File space is allocated this much at a time, ahead of the mapped records
-#: (a store to a mapped page the disk cannot hold would be a SIGBUS, not an
-#: error).
+#: File space is allocated this far ahead of the mapped records (a store to
+#: a mapped page the disk cannot hold would be a SIGBUS, not an error).
 RESERVE_BYTES = 1 << 20
-#: How far past the last record the flusher's tick reserves a flush-mode
-#: segment's space (and a RESERVE_BYTES chunk more) and faults its mapping
-#: in (LogFile.prefault), so that the calls' stores find both done: many
-#: ticks' worth of records at the reference rate (about 1.4 MB/s a
-#: partition), more than a tick's at ten times it. A call reserves only
-#: what its record reaches past that.
+#: How far past the last record the flusher's tick faults a flush-mode
+#: segment's mapping in (LogFile.prefault), so that the calls' stores find
+#: their pages there: all the space reserved ahead, many ticks' worth of
+#: records at the reference rate (about 1.4 MB/s a partition), more than a
+#: tick's at ten times it.
 PREFAULT_BYTES = RESERVE_BYTES
 #: After an attempt to open found another writer, how long until the next.
 REOPEN_S = 0.1

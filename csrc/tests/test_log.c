@@ -2,8 +2,7 @@
  * the mapping read back through read(), space is reserved ahead of them, a
  * record past the mapping and every later one are pwritten, a cut stops the
  * mapping, a reservation the filesystem refuses turns into an error code
- * from the write, not a SIGBUS, a prefault populates reserved pages only,
- * and another thread's reservation ahead of the writer is the writer's.
+ * from the write, not a SIGBUS, and a prefault populates reserved pages only.
  *
  * Built and run by tests/test_csrc.py (with ASan/UBSan where available):
  *   cc -std=c11 -Wall -Wextra -Werror -Icsrc csrc/tests/test_log.c csrc/ds_log.c
@@ -19,7 +18,6 @@
 #include "tempfile.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -245,120 +243,8 @@ static void test_prefault(void)
     unlink(path);
 }
 
-static void test_reserve_ahead(void)
-{
-    /* Another thread's reservation: the writer's records below it make no
-     * reservation of their own; none reaches past the mapping. */
-    char path[512];
-    int fd = temp_file(path, sizeof path, "ds_log");
-    ds_log l;
-    ds_log_init(&l, fd, 1 << 20, 64 << 10);
-    CHECK_EQ(ds_log_reserve(&l, 200 << 10), 0);
-    CHECK_EQ(l.reserved, (uint64_t)(264 << 10)); /* a chunk past what was asked */
-    CHECK_EQ(file_size(fd), 264 << 10);
-    CHECK(ds_log_span(&l, 150 << 10, 100) != NULL);
-    CHECK_EQ(l.reserved, (uint64_t)(264 << 10)); /* the writer found it reserved */
-    CHECK_EQ(ds_log_reserve(&l, 100), 0); /* below the reservation: nothing */
-    CHECK_EQ(l.reserved, (uint64_t)(264 << 10));
-    CHECK_EQ(ds_log_reserve(&l, 10 << 20), 0); /* past the mapping: up to its end */
-    CHECK_EQ(l.reserved, (uint64_t)(1 << 20));
-    CHECK_EQ(file_size(fd), 1 << 20);
-    CHECK(ds_log_span(&l, (1 << 20) - 50, 100) == NULL); /* past the mapping: pwrite */
-    ds_log_release(&l);
-    CHECK_EQ(ds_log_reserve(&l, 100), 0); /* released: nothing to do */
-    close(fd);
-    unlink(path);
-}
-
-static void test_reserve_refused(void)
-{
-    /* Refused for another thread as for the writer: the mapping is written
-     * no further, and the writes go on through pwrite(). */
-    char path[512];
-    int fd = temp_file(path, sizeof path, "ds_log");
-    struct rlimit old, lim;
-    CHECK_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
-    signal(SIGXFSZ, SIG_IGN);
-    lim = old;
-    lim.rlim_cur = 100 << 10;
-    CHECK_EQ(setrlimit(RLIMIT_FSIZE, &lim), 0);
-    ds_log l;
-    ds_log_init(&l, fd, 1 << 20, 64 << 10);
-    uint64_t end = 0;
-    CHECK_EQ(put(&l, &end, 1000, 'a'), 0); /* reserved 65 KiB and more */
-    uint64_t reserved = l.reserved;
-    CHECK_EQ(ds_log_reserve(&l, 200 << 10), EFBIG);
-    CHECK_EQ(l.reserved, reserved);
-    CHECK_EQ(l.mapped, reserved);
-    uint64_t writes = l.mapped_writes;
-    CHECK_EQ(put(&l, &end, 1000, 'b'), 0); /* below the reservation: still mapped */
-    CHECK_EQ(l.mapped_writes, writes + 1);
-    end = reserved - 10;
-    CHECK_EQ(put(&l, &end, 1000, 'c'), 0); /* across its end: pwritten */
-    CHECK_EQ(l.mapped_writes, writes + 1);
-    CHECK_EQ(setrlimit(RLIMIT_FSIZE, &old), 0);
-    char back = 0;
-    CHECK_EQ(pread(fd, &back, 1, (off_t)reserved + 500), 1);
-    CHECK(back == 'c');
-    ds_log_release(&l);
-    close(fd);
-    unlink(path);
-}
-
-struct reserver {
-    ds_log *l;
-    int stop; /* read and written atomically */
-    int failures;
-};
-
-static void *reserve_ahead_of(void *arg)
-{
-    struct reserver *r = arg;
-    while (!__atomic_load_n(&r->stop, __ATOMIC_RELAXED)) {
-        /* As the flusher's tick: a little past wherever the writer is. */
-        uint64_t at = __atomic_load_n(&r->l->reserved, __ATOMIC_ACQUIRE);
-        if (ds_log_reserve(r->l, at + 3000) != 0) {
-            r->failures++;
-        }
-    }
-    return NULL;
-}
-
-static void test_reserve_beside_the_writer(void)
-{
-    /* A thread reserving ahead while the writer writes: every record reads
-     * back whole, and every one went into the mapping. */
-    char path[512];
-    int fd = temp_file(path, sizeof path, "ds_log");
-    ds_log l;
-    ds_log_init(&l, fd, 4 << 20, 4096);
-    struct reserver r = {&l, 0, 0};
-    pthread_t t;
-    CHECK_EQ(pthread_create(&t, NULL, reserve_ahead_of, &r), 0);
-    uint64_t end = 0;
-    int i;
-    for (i = 0; i < 3000; i++) {
-        CHECK_EQ(put(&l, &end, 1000, (char)('a' + i % 26)), 0);
-    }
-    __atomic_store_n(&r.stop, 1, __ATOMIC_RELAXED);
-    CHECK_EQ(pthread_join(t, NULL), 0);
-    CHECK_EQ(r.failures, 0);
-    CHECK_EQ(l.mapped_writes, 3000u);
-    char back[1000];
-    for (i = 0; i < 3000; i++) {
-        CHECK_EQ(pread(fd, back, 1000, (off_t)i * 1000), 1000);
-        CHECK(back[0] == (char)('a' + i % 26) && back[999] == back[0]);
-    }
-    ds_log_release(&l);
-    close(fd);
-    unlink(path);
-}
-
 int main(void)
 {
-    test_reserve_ahead();
-    test_reserve_refused();
-    test_reserve_beside_the_writer();
     test_prefault();
     test_mapped_writes();
     test_past_the_mapping();
