@@ -874,8 +874,8 @@ def _back_to_back(store: DedupStore, stream: Stream, base: float, sizes: list[in
     """(CPU seconds of the store calls, rounds) of the consumer's rounds run
     once more with no wait between them: the last BACK_TO_BACK_EVENTS events
     of ``stream`` under keys of their own (a new key is new again, a repeat
-    of one of them repeats it; their event times are near the clock's), in
-    rounds of ``sizes`` in the run's order (None: single claims). Nothing
+    of one of them repeats it, a late replay is as late), in rounds of
+    ``sizes`` in the run's order (None: single claims). Nothing
     runs between the calls but the consumer's own bookkeeping, so they find
     their code and data in the caches: the calls' cost without the refill
     after the run's waits."""
