@@ -116,11 +116,15 @@ TRICKLE_S = 0.05
 #: seldom applies write fewer pages per key: at 18,000 events/s, 50 ms wrote
 #: 3.3x fewer bytes than 5 ms, and 200 ms 2.2x fewer than 50 ms, with a
 #: quarter to a third less of the store's threads' CPU and no worse p99
-#: (docs/benchmarks.md, twenty-third session). Longer still saves less
-#: (1 s: 1.6x fewer bytes than 200 ms) and holds more keys in memory.
-#: Another process that wants the partition waits for window.CHECK_S, not
-#: for this, and the writer after a crash replays about this much of the log.
-DEFAULT_APPLY_INTERVAL = 0.2
+#: (docs/benchmarks.md, twenty-third session); once the flusher woke only
+#: every 50 ms, 500 ms took the store's threads 0.6 points of a core less
+#: than 200 ms and wrote 1.5x fewer bytes, with the same p99 (twenty-fourth
+#: session). Longer still saves less (1 s: 0.2 points, 1.2x fewer bytes
+#: than 500 ms) and holds more keys in memory (about 2,300 a partition at
+#: 500 ms at the reference rate). Another process that wants the partition
+#: waits for window.CHECK_S, not for this, and the writer after a crash
+#: replays about this much of the log.
+DEFAULT_APPLY_INTERVAL = 0.5
 MIN_APPLY_INTERVAL_S = 0.0005
 MAX_APPLY_INTERVAL_S = 1.0
 #: How many nice steps below the thread that opened the store its own
@@ -695,7 +699,7 @@ class DedupStore(_native.StoreCore):
         background thread checkpoints: in ``flush`` mode the most an OS crash
         can take, in ``sync`` mode how much journal a restart may replay
         (docs/guarantees.md); ``apply_interval`` (0 turns write-behind
-        off; default 200 ms) is how often this process's write-behind window
+        off; default 500 ms) is how often this process's write-behind window
         is applied to LMDB while it is a partition's only writer; another
         process's first write or read of that partition waits up to 50 ms
         for the window to be given up, whatever the interval (docs/guarantees.md);
