@@ -879,6 +879,8 @@ def _back_to_back(store: DedupStore, stream: Stream, base: float, sizes: list[in
     runs between the calls but the consumer's own bookkeeping, so they find
     their code and data in the caches: the calls' cost without the refill
     after the run's waits."""
+    if sizes is not None and not sizes:
+        return 0.0, 0  # the run made no round to copy
     n = min(len(stream.keys), BACK_TO_BACK_EVENTS)
     first = len(stream.keys) - n
     own = Stream(
@@ -886,8 +888,6 @@ def _back_to_back(store: DedupStore, stream: Stream, base: float, sizes: list[in
         stream.releases[first:],
     )
     consumer = _Consumer(store, own, base, dict.fromkeys(Status, 0))
-    if sizes is not None and not sizes:
-        return 0.0, 0  # the run made no round to copy
     if sizes is None:
         for i in range(n):
             consumer.single(i)
