@@ -1,7 +1,7 @@
 # Type stubs for the compiled dedupstore._native (checked by mypy.stubtest in the test command).
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, final
 
 from typing_extensions import disjoint_base
 
@@ -306,6 +306,16 @@ def bind_store(
     max_event_id: int,
     max_batch: int,
 ) -> None: ...
+@final
+class AcceleratedClock:
+    @property
+    def scale(self) -> float: ...
+    @property
+    def base(self) -> float: ...
+    def __init__(self, scale: float, base: float | None = None) -> None: ...
+    def start(self) -> None: ...
+    # A type slot, as stubtest sees it: it takes no arguments.
+    def __call__(self, *args: object, **kwargs: object) -> float: ...
 @disjoint_base
 class ClaimResult:
     status: Status

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ._native import AcceleratedClock
 from .errors import InvalidInputError
 
 try:
@@ -138,24 +139,6 @@ class LoadConfig:
                 f"rate x duration must be at most 50,000,000 events (the stream is made in memory first); "
                 f"got {self.rate * self.duration:,.0f}"
             )
-
-
-class AcceleratedClock:
-    """A store clock that stands still until :meth:`start`, then runs
-    ``scale`` times faster than the wall clock."""
-
-    def __init__(self, scale: float, base: float | None = None) -> None:
-        self.scale = scale
-        self.base = time.time() if base is None else base
-        self._t0: float | None = None
-
-    def start(self) -> None:
-        self._t0 = time.perf_counter()
-
-    def __call__(self) -> float:
-        if self._t0 is None:
-            return self.base
-        return self.base + (time.perf_counter() - self._t0) * self.scale
 
 
 @dataclass

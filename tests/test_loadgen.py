@@ -17,6 +17,7 @@ from dedupstore import DedupStore, Status, loadgen
 from dedupstore.errors import InvalidInputError
 from dedupstore.loadgen import (
     LATE_AGE_S,
+    AcceleratedClock,
     LoadConfig,
     LoadReport,
     find_max_rate,
@@ -132,6 +133,25 @@ def test_accelerated_clock_rotates_and_evicts(tmp_path: Path) -> None:
     assert off["eviction"]["evicted"] == 0 and off["bloom"]["filters"] > 0
     none = run_load(replace(config, eviction=False, bloom=False), tmp_path / "u").to_dict()
     assert none["eviction"]["evicted"] == 0 and none["bloom"]["filters"] == 0
+
+
+def test_the_accelerated_clock_stands_still_then_runs_scaled_and_the_store_reads_it(tmp_path: Path) -> None:
+    clock = AcceleratedClock(1000.0, base=1_000_000.0)
+    assert (clock.base, clock.scale) == (1_000_000.0, 1000.0)
+    assert clock() == clock() == 1_000_000.0
+    with DedupStore.open(tmp_path / "s", durability="flush", eviction_rate=0, clock=clock) as store:
+        store.ensure_namespace("ns")
+        # Standing still: the store's calls (which read the clock natively)
+        # see its base, to the microsecond.
+        assert store.claim("ns", "a").record.first_seen == 1_000_000.0
+        clock.start()
+        wall = time.perf_counter()
+        time.sleep(0.02)
+        rec = store.claim("ns", "b").record
+        elapsed = time.perf_counter() - wall
+        # At most the scaled wall time since start() (and at least the 20 ms slept).
+        assert 1_000_000.0 + 0.02 * 1000 <= rec.first_seen <= 1_000_000.0 + elapsed * 1000 + 1e-3
+        assert clock() >= rec.first_seen
 
 
 def test_a_run_that_falls_behind_stops_at_the_drain_deadline(tmp_path: Path) -> None:
