@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import enum
 import warnings
 from pathlib import Path
 
@@ -104,7 +105,7 @@ def test_lease_edges(store: DedupStore) -> None:
     assert store.lookup(NS, "c") is None and store.lookup(NS, "d") is None
 
 
-@pytest.mark.parametrize("token", [0, -1, 2**63, "123", 1.0, True, None])
+@pytest.mark.parametrize("token", [0, -1, -(2**63), -(2**63) - 1, 2**63, 2**64, "123", 1.0, True, None])
 def test_invalid_tokens(store: DedupStore, token: object) -> None:
     store.claim(NS, "k")
     before = store.lookup(NS, "k")
@@ -113,7 +114,7 @@ def test_invalid_tokens(store: DedupStore, token: object) -> None:
     assert store.lookup(NS, "k") == before
 
 
-@pytest.mark.parametrize("token", [0, -1, 2**63, "123", 1.0, True, None])
+@pytest.mark.parametrize("token", [0, -1, -(2**63), -(2**63) - 1, 2**63, 2**64, "123", 1.0, True, None])
 def test_invalid_tokens_in_a_batch_change_nothing(store: DedupStore, token: object) -> None:
     good = store.claim(NS, "a")
     store.claim(NS, "k")
@@ -143,6 +144,9 @@ def test_largest_token_is_well_formed_but_stale(store: DedupStore) -> None:
     store.claim(NS, "k")
     with pytest.raises(LeaseLostError):
         store.complete(NS, "k", 2**63 - 1)
+    # An int subclass (not a bool) is a token too.
+    with pytest.raises(LeaseLostError):
+        store.complete(NS, "k", enum.IntEnum("T", {"BIG": 2**63 - 1}).BIG)
 
 
 def test_outcome_size_edges(store: DedupStore) -> None:
