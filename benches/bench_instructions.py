@@ -30,6 +30,9 @@ often per call than at full speed.
                       consumer's round (dedupstore bench --mode single)
     round(1)          claim_many(1) then complete_many(1): dedupstore bench's
                       consumer round at its mean batch of 1 to 2 events
+    round(2)          the same with 2 keys, per round (not per key): the
+                      batch path (keys grouped by partition) that most of
+                      the main job's events take (its mean batch is 1.9)
     round(100)/key    the same with 100 keys, per key: the batch target's path
     count by verdict  BatchResult.counts() of a batch of 100, per key: a
                       dict lookup keyed by each verdict (Status's hash)
@@ -91,7 +94,7 @@ if aged:
         clock[0] += 3600.0
     s.refresh_prefilter()
 t = clock[0] if aged else time.time()
-size = 100 if what == "round100" else 1
+size = {"round100": 100, "round2": 2}.get(what, 1)
 # The reference stream's intent shape (dedupstore.loadgen.make_stream).
 intent = {"amount": 1234, "currency": "EUR"}
 ints, ets = [intent] * size, [t] * size
@@ -101,7 +104,7 @@ def round_of(tag):
     b = s.claim_many("ns", keys, ints, event_times=ets)
     s.complete_many("ns", [(k, tok, b"ok") for k, tok in zip(keys, b.tokens)])
 
-for i in range(20 if size > 1 else 200):
+for i in range(20 if size >= 100 else 200):
     round_of(f"w{i}")
 keys = [f"k{i}" for i in range(n)]
 if what == "claim_inflight":
@@ -151,6 +154,7 @@ SCENARIOS = {
     "claim+complete": ("single", 1),
     "claim_many(1)": ("claim_many1", 1),
     "round(1)": ("round1", 1),
+    "round(2)": ("round2", 1),
     "round(100)/key": ("round100", 100),
     "count by verdict": ("counts", 100),
 }
