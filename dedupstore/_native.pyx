@@ -1728,13 +1728,17 @@ def claim_batch(Space space, list order, list keys, list digests, int64_t now, i
     rest takes it positionally), storing each verdict tuple at
     ``results[i]``; with ``write`` false, indexes that need a write are left
     as None and returned."""
-    return _claim_batch(space, order, keys, digests, now, lease, event_times, claimant, results, write, txn)
+    cdef list todo = _claim_batch(space, order, keys, digests, now, lease, event_times, claimant, results, write,
+                                  txn)
+    return [] if todo is None else todo
 
 
 cdef list _claim_batch(Space space, list order, list keys, list digests, int64_t now, int64_t lease,
                        list event_times, object claimant, list results, bint write, object txn):
-    cdef list todo = []
-    cdef set deferred = set()
+    # As claim_batch(), but None where no index is left: a writing batch
+    # (every one the store runs) leaves none, and makes neither collection.
+    cdef list todo = None
+    cdef set deferred = None
     cdef Py_ssize_t i
     cdef int64_t et
     cdef object get = _getter(txn)
@@ -1744,7 +1748,7 @@ cdef list _claim_batch(Space space, list order, list keys, list digests, int64_t
     cdef uint32_t top = space._reach(get, now, &gs)
     cdef int64_t frontier = NO_FRONTIER
     for i in order:
-        if deferred and keys[i] in deferred:
+        if deferred is not None and keys[i] in deferred:
             # An earlier claim of this key in the batch will write: this one is
             # decided after it in the write pass, as if claimed after it returned,
             # not from a snapshot that predates it.
@@ -1755,6 +1759,8 @@ cdef list _claim_batch(Space space, list order, list keys, list digests, int64_t
         res = space._claim(txn, get, keys[i], digests[i], now, lease, et, claimant, None, write, top, &frontier)
         results[i] = res
         if res is None:
+            if todo is None:
+                todo, deferred = [], set()
             todo.append(i)
             deferred.add(keys[i])
     return todo

@@ -25,6 +25,7 @@ from dedupstore import (
     RecordState,
     Status,
     UnknownNamespaceError,
+    _native,
 )
 
 NS = "orders"
@@ -263,6 +264,38 @@ def test_claim_many_in_input_order(authority: Any) -> None:
     assert batch[51].status is Status.IN_PROGRESS
     assert batch.counts()[Status.NEW] == 50
     assert authority.claim_many(NS, []).statuses == []
+
+
+@pytest.mark.parametrize("durability", ["sync", "flush"])
+def test_a_read_only_claim_batch_leaves_what_needs_a_write(tmp_path: Any, durability: str) -> None:
+    # _native.claim_batch without ``write``: a duplicate is decided from the
+    # snapshot; a key that needs a write (and a later claim of the same key
+    # in the batch) is left as None and listed; with ``write`` none is left.
+    with DedupStore.open(tmp_path / "s", partitions=1, durability=durability, eviction_rate=0) as store:
+        store.ensure_namespace(NS)
+        done = store.claim(NS, "d")
+        assert done.token is not None
+        store.complete(NS, "d", done.token, b"D")
+        store.flush()
+        space, part = store._namespace(NS).spaces[0], store._parts[0]
+        keys = [b"n1", b"d", b"n2", b"n1"]
+        results: list[Any] = [None] * len(keys)
+        with part.reader() as txn:
+            todo = _native.claim_batch(space, [0, 1, 2, 3], keys, [None] * 4, store._now_us(), 30_000_000,
+                                       None, None, results, False, txn)
+        assert todo == [0, 2, 3]
+        assert results[0] is None and results[2] is None and results[3] is None
+        assert results[1][0] == _native.DUPLICATE
+        assert store.lookup(NS, "n1") is None  # nothing was written
+        with part.reader() as txn:
+            # Writing but finding only a duplicate: an empty list, not None.
+            one: list[Any] = [None]
+            assert _native.claim_batch(space, [0], [b"d"], [None], store._now_us(), 30_000_000,
+                                       None, None, one, True, txn) == []
+        assert one[0][0] == _native.DUPLICATE
+        # Writing, in the partition's own transaction: nothing is left.
+        batch = store.claim_many(NS, [k.decode() for k in keys])
+        assert batch.statuses == [Status.NEW, Status.DUPLICATE, Status.NEW, Status.IN_PROGRESS]
 
 
 def test_claim_many_with_intents_and_claimant(authority: Any) -> None:
