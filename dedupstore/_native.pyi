@@ -56,6 +56,9 @@ def claim_batch(
 ) -> list[int]: ...
 
 def times_us(values: Iterable[object], slow: Callable[[object, str], int]) -> list[int | None]: ...
+@final
+class Indexes:
+    def __new__(cls, order: list[int]) -> Indexes: ...
 def complete_batch(
     space: Space,
     order: list[int],

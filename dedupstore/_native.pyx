@@ -8,6 +8,8 @@ function here does one whole step of a request (probe every live generation,
 decide, write) so a claim crosses the Python/native boundary once per transaction.
 """
 
+cimport cython
+
 import math
 import os
 from collections.abc import Mapping
@@ -127,21 +129,38 @@ cdef class Hasher:
         return self._route_keys(ns_prefix, keys, partitions)
 
     cdef tuple _route_keys(self, bytes ns_prefix, object keys, uint32_t partitions):
+        cdef Parts ps
+        cdef uint32_t of_stack[PARTS_STACK]
+        cdef Py_ssize_t idx_stack[PARTS_STACK]
+        if type(keys) is not list:
+            keys = list(keys)
+        _parts_init(&ps, len(keys), of_stack, idx_stack)
+        try:
+            kbs = self._route_keys_into(ns_prefix, keys, partitions, &ps)
+            _parts_group(&ps, partitions)
+            return kbs, _parts_groups(&ps, None)
+        finally:
+            _parts_free(&ps, of_stack)
+
+    cdef list _route_keys_into(self, bytes ns_prefix, object keys, uint32_t partitions, Parts *parts):
+        # route_keys(), each key's partition put in ``parts.of`` (made for
+        # len(keys) keys) instead of a dict: the keys as bytes.
         cdef char buf[2 + C_MAX_KEY_BYTES]
         if type(keys) is not list:
             keys = list(keys)
         cdef Py_ssize_t i, n = len(keys)
         cdef list kbs = [None] * n
-        cdef dict groups = {}
         cdef bytes kb
         if PyBytes_GET_SIZE(ns_prefix) != 2 or partitions < 1:
             raise ValueError("route_keys() takes a 2-byte namespace prefix and at least one partition")
+        if n != parts.n:
+            raise ValueError("route_keys() needs a Parts of one entry per key")
         memcpy(buf, PyBytes_AS_STRING(ns_prefix), 2)
         for i in range(n):
             kb = key_bytes(keys[i])
             kbs[i] = kb
-            _group(groups, self._route(buf, kb, partitions), i)
-        return kbs, groups
+            parts.of[i] = self._route(buf, kb, partitions)
+        return kbs
 
     def route_leased(self, bytes ns_prefix, object items, uint32_t partitions, Py_ssize_t max_outcome=-1,
                      str namespace=None):
@@ -155,6 +174,23 @@ cdef class Hasher:
 
     cdef tuple _route_leased(self, bytes ns_prefix, object items, uint32_t partitions, Py_ssize_t max_outcome,
                              str namespace):
+        cdef Parts ps
+        cdef uint32_t of_stack[PARTS_STACK]
+        cdef Py_ssize_t idx_stack[PARTS_STACK]
+        if type(items) is not list:
+            items = list(items)
+        _parts_init(&ps, len(items), of_stack, idx_stack)
+        try:
+            kbs, toks, outs = self._route_leased_into(ns_prefix, items, partitions, max_outcome, namespace, &ps)
+            _parts_group(&ps, partitions)
+            return kbs, toks, outs, _parts_groups(&ps, None)
+        finally:
+            _parts_free(&ps, of_stack)
+
+    cdef tuple _route_leased_into(self, bytes ns_prefix, object items, uint32_t partitions, Py_ssize_t max_outcome,
+                                  str namespace, Parts *parts):
+        # route_leased(), each item's partition put in ``parts.of`` (made for
+        # len(items) items) instead of a dict: (kbs, toks, outs).
         cdef char buf[2 + C_MAX_KEY_BYTES]
         if type(items) is not list:
             items = list(items)
@@ -162,9 +198,10 @@ cdef class Hasher:
         cdef list kbs = [None] * n
         cdef list toks = [None] * n
         cdef list outs = None if max_outcome < 0 else [None] * n
-        cdef dict groups = {}
         if PyBytes_GET_SIZE(ns_prefix) != 2 or partitions < 1:
             raise ValueError("route_leased() takes a 2-byte namespace prefix and at least one partition")
+        if n != parts.n:
+            raise ValueError("route_leased() needs a Parts of one entry per item")
         memcpy(buf, PyBytes_AS_STRING(ns_prefix), 2)
         cdef bytes kb
         cdef tuple item
@@ -177,8 +214,8 @@ cdef class Hasher:
             toks[i] = check_token(item[1])
             if outs is not None:
                 outs[i] = checked_outcome(item[2], max_outcome, namespace)
-            _group(groups, self._route(buf, kb, partitions), i)
-        return kbs, toks, outs, groups
+            parts.of[i] = self._route(buf, kb, partitions)
+        return kbs, toks, outs
 
     def intent_digest(self, object intent, tuple fields=None):
         """The stored digest of ``intent``, or None for "no intent check"."""
@@ -261,14 +298,99 @@ cdef tuple _leased_shape(object raw, Py_ssize_t i, Py_ssize_t width):
 cdef dict _ITEM_SHAPES = {2: "(key, token)", 3: "(key, token, outcome)"}
 
 
-cdef inline int _group(dict groups, uint32_t p, Py_ssize_t i) except -1:
-    # Index i joins partition p's list (route_keys, route_leased).
-    cdef object order = groups.get(p)
-    if order is None:
-        groups[p] = [i]
-    else:
-        (<list>order).append(i)
+cdef enum:
+    # A batch of at most this many keys is grouped by partition without malloc.
+    PARTS_STACK = 64
+    # Partitions a store has at most (layout.MAX_PARTITIONS).
+    C_MAX_PARTITIONS = 256
+
+
+ctypedef struct Parts:
+    # The partition of each of a batch's n keys (Hasher._route_keys_into,
+    # _route_leased_into), and the batch grouped by them (_parts_group): the
+    # indexes of each partition's keys in input order, the partitions in the
+    # order their first key comes; no dict, no list per partition. Lives on
+    # the caller's stack (_parts_init, _parts_free).
+    uint32_t *of         # of[i]: key i's partition
+    Py_ssize_t *idx      # after grouping: the indexes, group by group
+    Py_ssize_t n
+    int ngroups
+    uint16_t group_of[C_MAX_PARTITIONS]  # partition -> its group (set for the store's partitions only)
+    uint32_t part[C_MAX_PARTITIONS]      # group -> its partition
+    Py_ssize_t start[C_MAX_PARTITIONS]   # group -> where its indexes start in idx
+    Py_ssize_t count[C_MAX_PARTITIONS]   # group -> how many
+
+
+cdef int _parts_init(Parts *ps, Py_ssize_t n, uint32_t *of_stack, Py_ssize_t *idx_stack) except -1:
+    # ``of_stack`` and ``idx_stack`` hold PARTS_STACK entries each; a larger
+    # batch gets its arrays from malloc (_parts_free gives them back).
+    ps.n = n
+    ps.ngroups = 0
+    if n <= PARTS_STACK:
+        ps.of, ps.idx = of_stack, idx_stack
+        return 0
+    ps.of = <uint32_t *>malloc(n * sizeof(uint32_t))
+    ps.idx = <Py_ssize_t *>malloc(n * sizeof(Py_ssize_t))
+    if ps.of == NULL or ps.idx == NULL:
+        free(ps.of)
+        free(ps.idx)
+        ps.of, ps.idx = of_stack, idx_stack
+        raise MemoryError()
     return 0
+
+
+cdef void _parts_free(Parts *ps, uint32_t *of_stack) noexcept:
+    if ps.of != of_stack:
+        free(ps.of)
+        free(ps.idx)
+
+
+cdef int _parts_group(Parts *ps, uint32_t partitions) except -1:
+    # Group the indexes by partition (``partitions``: the store's count, which
+    # every ``of`` is below): a stable counting sort.
+    cdef Py_ssize_t i, at = 0
+    cdef Py_ssize_t fill[C_MAX_PARTITIONS]
+    cdef uint32_t p
+    cdef int g
+    if partitions > C_MAX_PARTITIONS:
+        raise ValueError("more partitions than a store may have")
+    for p in range(partitions):
+        ps.group_of[p] = 0xFFFF
+    ps.ngroups = 0
+    for i in range(ps.n):
+        p = ps.of[i]
+        if p >= partitions:
+            raise ValueError("a key routed past the store's partitions")
+        g = ps.group_of[p]
+        if g == 0xFFFF:
+            g = ps.ngroups
+            ps.group_of[p] = <uint16_t>g
+            ps.part[g] = p
+            ps.count[g] = 0
+            ps.ngroups += 1
+        ps.count[g] += 1
+    for g in range(ps.ngroups):
+        ps.start[g] = fill[g] = at
+        at += ps.count[g]
+    for i in range(ps.n):
+        g = ps.group_of[ps.of[i]]
+        ps.idx[fill[g]] = i
+        fill[g] += 1
+    return 0
+
+
+cdef dict _parts_groups(Parts *ps, object only):
+    # {partition: [indexes]} of the grouped partitions ``only`` (None: all),
+    # as route_keys() returns them: what the Python paths take.
+    cdef dict out = {}
+    cdef Py_ssize_t k
+    cdef int g
+    cdef uint32_t p
+    for g in range(ps.ngroups):
+        p = ps.part[g]
+        if only is None or p in only:
+            out[p] = [ps.idx[ps.start[g] + k] for k in range(ps.count[g])]
+    return out
 
 
 cpdef bytes checked_outcome(object value, Py_ssize_t max_outcome, str namespace):
@@ -1728,18 +1850,20 @@ def claim_batch(Space space, list order, list keys, list digests, int64_t now, i
     rest takes it positionally), storing each verdict tuple at
     ``results[i]``; with ``write`` false, indexes that need a write are left
     as None and returned."""
-    cdef list todo = _claim_batch(space, order, keys, digests, now, lease, event_times, claimant, results, write,
-                                  txn)
+    cdef Indexes ix = Indexes(order)
+    cdef list todo = _claim_batch(space, ix.idx, ix.n, keys, digests, now, lease, event_times, claimant, results,
+                                  write, txn)
     return [] if todo is None else todo
 
 
-cdef list _claim_batch(Space space, list order, list keys, list digests, int64_t now, int64_t lease,
-                       list event_times, object claimant, list results, bint write, object txn):
-    # As claim_batch(), but None where no index is left: a writing batch
-    # (every one the store runs) leaves none, and makes neither collection.
+cdef list _claim_batch(Space space, const Py_ssize_t *order, Py_ssize_t m, list keys, list digests, int64_t now,
+                       int64_t lease, list event_times, object claimant, list results, bint write, object txn):
+    # As claim_batch(), over the m indexes at ``order``, but None where no
+    # index is left: a writing batch (every one the store runs) leaves none,
+    # and makes neither collection.
     cdef list todo = None
     cdef set deferred = None
-    cdef Py_ssize_t i
+    cdef Py_ssize_t i, j
     cdef int64_t et
     cdef object get = _getter(txn)
     cdef gen_state gs
@@ -1747,7 +1871,8 @@ cdef list _claim_batch(Space space, list order, list keys, list digests, int64_t
     # read of each serves the whole batch.
     cdef uint32_t top = space._reach(get, now, &gs)
     cdef int64_t frontier = NO_FRONTIER
-    for i in order:
+    for j in range(m):
+        i = order[j]
         if deferred is not None and keys[i] in deferred:
             # An earlier claim of this key in the batch will write: this one is
             # decided after it in the write pass, as if claimed after it returned,
@@ -1843,17 +1968,19 @@ def complete_batch(Space space, list order, list keys, list tokens, list outcome
     """Run completions ``order``, all of keys in ``space``, in one
     transaction (last, as for :func:`claim_batch`); ``results[i]`` gets (op
     code, raw record, generation)."""
-    _complete_batch(space, order, keys, tokens, outcomes, now, results, txn)
+    cdef Indexes ix = Indexes(order)
+    _complete_batch(space, ix.idx, ix.n, keys, tokens, outcomes, now, results, txn)
 
 
-cdef int _complete_batch(Space space, list order, list keys, list tokens, list outcomes, int64_t now,
-                         list results, object txn) except -1:
-    cdef Py_ssize_t i
+cdef int _complete_batch(Space space, const Py_ssize_t *order, Py_ssize_t m, list keys, list tokens,
+                         list outcomes, int64_t now, list results, object txn) except -1:
+    cdef Py_ssize_t i, j
     cdef object get = _getter(txn)
     cdef gen_state gs
     # Read once; _complete keeps ``gs`` current as it raises the newest generation.
     cdef uint32_t top = space._reach(get, now, &gs)
-    for i in order:
+    for j in range(m):
+        i = order[j]
         results[i] = space._complete(txn, get, keys[i], tokens[i], outcomes[i], now, top, &gs)
     return 0
 
@@ -1861,15 +1988,37 @@ cdef int _complete_batch(Space space, list order, list keys, list tokens, list o
 def release_batch(Space space, list order, list keys, list tokens, int64_t now, list results, txn):
     """Run releases ``order``, all of keys in ``space``, in one transaction
     (last, as for :func:`claim_batch`); ``results[i]`` gets the op code."""
-    _release_batch(space, order, keys, tokens, now, results, txn)
+    cdef Indexes ix = Indexes(order)
+    _release_batch(space, ix.idx, ix.n, keys, tokens, now, results, txn)
 
 
-cdef int _release_batch(Space space, list order, list keys, list tokens, int64_t now, list results,
-                        object txn) except -1:
-    cdef Py_ssize_t i
-    for i in order:
+cdef int _release_batch(Space space, const Py_ssize_t *order, Py_ssize_t m, list keys, list tokens, int64_t now,
+                        list results, object txn) except -1:
+    cdef Py_ssize_t i, j
+    for j in range(m):
+        i = order[j]
         results[i] = space.release(txn, keys[i], tokens[i], now)
     return 0
+
+
+@cython.final
+cdef class Indexes:
+    """A list of indexes (claim_batch's ``order``) as a C array."""
+
+    cdef Py_ssize_t *idx
+    cdef Py_ssize_t n
+
+    def __cinit__(self, list order):
+        cdef Py_ssize_t j
+        self.n = len(order)
+        self.idx = <Py_ssize_t *>malloc((self.n or 1) * sizeof(Py_ssize_t))
+        if self.idx == NULL:
+            raise MemoryError()
+        for j in range(self.n):
+            self.idx[j] = order[j]
+
+    def __dealloc__(self):
+        free(self.idx)
 
 
 

@@ -416,24 +416,28 @@ cdef class StoreCore:
                                    claimant, event_id)
         return res
 
-    cdef int _write_batch(self, int kind, NamespaceCore ns, dict groups, list kbs, object a, object b,
+    cdef int _write_batch(self, int kind, NamespaceCore ns, Parts *parts, list kbs, object a, object b,
                           int64_t now, int64_t lease, object event_times, object claimant,
                           list results) except -1:
         # A batch call's writes (_write_windows' kinds) of the keys of each
-        # partition in ``groups``. Flush mode runs them in the partitions'
+        # partition in ``parts``. Flush mode runs them in the partitions'
         # write-behind windows; the partitions whose window could not take
         # the call, and every partition in sync mode, go to
-        # DedupStore._write_rest, which also raises the first error. Every
-        # partition is written even if one fails.
+        # DedupStore._write_rest (with {partition: [indexes]} of those),
+        # which also raises the first error. Every partition is written even
+        # if one fails.
         cdef list left
         cdef object first = None
+        cdef int g
+        _parts_group(parts, self._nparts)
         if self._windows is not None:
-            left, first = _write_windows(self._windows, ns.spaces, groups, kind, kbs, a, b, now, lease,
+            left, first = _write_windows(self._windows, ns.spaces, parts, kind, kbs, a, b, now, lease,
                                          event_times, claimant, results)
         else:
-            left = list(groups)
+            left = [parts.part[g] for g in range(parts.ngroups)]
         if left or first is not None:
-            self._write_rest(kind, ns, groups, left, first, kbs, a, b, now, lease, event_times, claimant, results)
+            self._write_rest(kind, ns, _parts_groups(parts, left), left, first, kbs, a, b, now, lease, event_times,
+                             claimant, results)
         return 0
 
     def claim(self, namespace, key, intent=None, *, event_time=None, event_id=None, claimant=None, lease=None):
@@ -481,7 +485,6 @@ cdef class StoreCore:
         if event_times is not None and len(event_times) != n:
             raise InvalidInputError(f"event_times must have one entry per key ({n}); got {len(event_times)}")
         cdef list kbs
-        cdef dict groups
         cdef bytes kb
         cdef int64_t now
         if n == 1 and self._windows is not None:
@@ -491,17 +494,26 @@ cdef class StoreCore:
             res = self._claim_key(ns, kb, None if intents is None else intents[0],
                                   None if event_times is None else event_times[0], None, claimant, None, &now)
             return _batch_result([res], namespace, [kb], now, self._counts)
-        kbs, groups = self._hasher._route_keys(ns.prefix, keys, self._nparts)
-        cdef list digests = [None] * n if intents is None else self._hasher._intent_digests(intents, ns.fields)
-        cdef object ets = None if event_times is None else times_us(event_times, _time_us_slow)
-        cdef object cl = None if claimant is None else _small_bytes(claimant, "claimant", _max_claimant)
-        now = self._now()
-        cdef list results = [None] * n
-        # Straight to the write transactions: a batch almost always writes
-        # something, and a partition whose keys all turn out to be duplicates
-        # commits nothing, so pays no fsync. A read-only pass first would
-        # probe every key twice.
-        self._write_batch(C_BATCH_CLAIM, ns, groups, kbs, digests, None, now, ns.lease_us, ets, cl, results)
+        cdef Parts parts
+        cdef uint32_t of_stack[PARTS_STACK]
+        cdef Py_ssize_t idx_stack[PARTS_STACK]
+        cdef list digests, results
+        cdef object ets, cl
+        _parts_init(&parts, n, of_stack, idx_stack)
+        try:
+            kbs = self._hasher._route_keys_into(ns.prefix, keys, self._nparts, &parts)
+            digests = [None] * n if intents is None else self._hasher._intent_digests(intents, ns.fields)
+            ets = None if event_times is None else times_us(event_times, _time_us_slow)
+            cl = None if claimant is None else _small_bytes(claimant, "claimant", _max_claimant)
+            now = self._now()
+            results = [None] * n
+            # Straight to the write transactions: a batch almost always writes
+            # something, and a partition whose keys all turn out to be duplicates
+            # commits nothing, so pays no fsync. A read-only pass first would
+            # probe every key twice.
+            self._write_batch(C_BATCH_CLAIM, ns, &parts, kbs, digests, None, now, ns.lease_us, ets, cl, results)
+        finally:
+            _parts_free(&parts, of_stack)
         return _batch_result(results, namespace, kbs, now, self._counts)
 
     cdef object _leased_key(self, int kind, NamespaceCore ns, bytes kb, object tok, object out, int *rc,
@@ -558,7 +570,6 @@ cdef class StoreCore:
         cdef Py_ssize_t max_outcome = ns.max_outcome if completes else -1
         cdef list kbs, toks
         cdef object outs
-        cdef dict groups
         cdef int64_t now
         cdef bytes kb
         cdef object tok, out
@@ -571,10 +582,19 @@ cdef class StoreCore:
             if rc == DS_OP_APPLY or rc == DS_OP_NOOP:
                 return [None]
             return self._lease_errors(namespace, [kb], [tok], [rc])
-        kbs, toks, outs, groups = self._hasher._route_leased(ns.prefix, items, self._nparts, max_outcome, namespace)
-        now = self._now()
-        cdef list results = [None] * n
-        self._write_batch(kind, ns, groups, kbs, toks, outs, now, 0, None, None, results)
+        cdef Parts parts
+        cdef uint32_t of_stack[PARTS_STACK]
+        cdef Py_ssize_t idx_stack[PARTS_STACK]
+        cdef list results
+        _parts_init(&parts, n, of_stack, idx_stack)
+        try:
+            kbs, toks, outs = self._hasher._route_leased_into(ns.prefix, items, self._nparts, max_outcome,
+                                                              namespace, &parts)
+            now = self._now()
+            results = [None] * n
+            self._write_batch(kind, ns, &parts, kbs, toks, outs, now, 0, None, None, results)
+        finally:
+            _parts_free(&parts, of_stack)
         if _all_applied(results, completes):
             return [None] * n
         return self._lease_errors(namespace, kbs, toks, [res[0] for res in results] if completes else results)

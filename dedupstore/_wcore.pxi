@@ -231,24 +231,30 @@ cdef enum:
 BATCH_CLAIM, BATCH_COMPLETE, BATCH_RELEASE = C_BATCH_CLAIM, C_BATCH_COMPLETE, C_BATCH_RELEASE
 
 
-cdef tuple _write_windows(list windows, list spaces, dict groups, int kind, list keys, object a, object b,
+cdef tuple _write_windows(list windows, list spaces, Parts *parts, int kind, list keys, object a, object b,
                           int64_t now, int64_t lease, object event_times, object claimant, list results):
     """A batch's partitions in their write-behind windows, flush mode, one
     after another, as the store's Window.run of claim_batch (``kind``
     BATCH_CLAIM: ``a`` the digests), complete_batch (BATCH_COMPLETE: ``a``
     the tokens, ``b`` the outcomes) or release_batch (BATCH_RELEASE: ``a``
-    the tokens) would run them; ``groups`` maps each partition to its
-    indexes, ``windows[p]`` is partition p's WindowCore (None: it has none).
-    Every partition is tried even if one fails. Returns (the partitions whose
-    window could not take the call, to run by the ordinary path; the first
-    error, or None)."""
+    the tokens) would run them; ``parts`` holds the keys grouped by
+    partition (_parts_group), ``windows[p]`` is partition p's WindowCore
+    (None: it has none). Every partition is tried even if one fails.
+    Returns (the partitions whose window could not take the call, to run by
+    the ordinary path; the first error, or None)."""
     cdef list left = []
     cdef object first = None
     cdef object w
     cdef WindowCore wc
     cdef Overlay ov
     cdef Space space
-    for p, order in groups.items():
+    cdef uint32_t p
+    cdef int g
+    cdef const Py_ssize_t *order
+    cdef Py_ssize_t m
+    for g in range(parts.ngroups):
+        p = parts.part[g]
+        order, m = parts.idx + parts.start[g], parts.count[g]
         w = windows[p]
         if w is None:
             left.append(p)
@@ -262,11 +268,11 @@ cdef tuple _write_windows(list windows, list spaces, dict groups, int kind, list
                 continue
             try:
                 if kind == C_BATCH_CLAIM:
-                    _claim_batch(space, order, keys, a, now, lease, event_times, claimant, results, True, ov)
+                    _claim_batch(space, order, m, keys, a, now, lease, event_times, claimant, results, True, ov)
                 elif kind == C_BATCH_COMPLETE:
-                    _complete_batch(space, order, keys, a, b, now, results, ov)
+                    _complete_batch(space, order, m, keys, a, b, now, results, ov)
                 else:
-                    _release_batch(space, order, keys, a, now, results, ov)
+                    _release_batch(space, order, m, keys, a, now, results, ov)
             except BaseException:
                 wc._abort(ov)
                 raise

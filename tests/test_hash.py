@@ -197,3 +197,28 @@ def test_route_rejects_bad_arguments() -> None:
         h.route(b"\x00", b"k", 4)
     with pytest.raises(ValueError):
         h.route(b"\x00\x01", b"k" * 401, 4)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 63, 64, 65, 1000])
+@pytest.mark.parametrize("partitions", [1, 4, 256])
+def test_a_batch_is_grouped_by_partition_in_input_order(n: int, partitions: int) -> None:
+    # route_keys and route_leased group a batch as the calls do (on the
+    # stack up to 64 keys, else in arrays of their own): each partition's
+    # indexes in input order, the partitions in the order of their first key.
+    h = Hasher(os.urandom(16))
+    keys = [f"key-{i % max(1, n // 2)}" for i in range(n)]  # repeats too
+    expected: dict[int, list[int]] = {}
+    for i, k in enumerate(keys):
+        expected.setdefault(h.route(b"\x00\x01", k.encode(), partitions), []).append(i)
+    kbs, groups = h.route_keys(b"\x00\x01", keys, partitions)
+    assert kbs == [k.encode() for k in keys]
+    assert list(groups.items()) == list(expected.items())
+    items = [(k, i + 1, b"out") for i, k in enumerate(keys)]
+    lkbs, toks, outs, lgroups = h.route_leased(b"\x00\x01", items, partitions, 10, "ns")
+    assert (lkbs, toks, outs) == (kbs, [i + 1 for i in range(n)], [b"out"] * n)
+    assert list(lgroups.items()) == list(expected.items())
+
+
+def test_routing_a_batch_past_the_largest_store_is_refused() -> None:
+    with pytest.raises(ValueError, match="more partitions than a store may have"):
+        Hasher(os.urandom(16)).route_keys(b"\x00\x01", ["a"], 257)
