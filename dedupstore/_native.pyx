@@ -130,17 +130,13 @@ cdef class Hasher:
 
     cdef tuple _route_keys(self, bytes ns_prefix, object keys, uint32_t partitions):
         cdef Parts ps
-        cdef uint32_t of_stack[PARTS_STACK]
-        cdef Py_ssize_t idx_stack[PARTS_STACK]
-        if type(keys) is not list:
-            keys = list(keys)
-        _parts_init(&ps, len(keys), of_stack, idx_stack)
+        keys = keys if type(keys) is list else list(keys)
+        _parts_init(&ps, len(keys))
         try:
             kbs = self._route_keys_into(ns_prefix, keys, partitions, &ps)
-            _parts_group(&ps, partitions)
-            return kbs, _parts_groups(&ps, None)
+            return kbs, _parts_groups(&ps, partitions)
         finally:
-            _parts_free(&ps, of_stack)
+            _parts_free(&ps)
 
     cdef list _route_keys_into(self, bytes ns_prefix, object keys, uint32_t partitions, Parts *parts):
         # route_keys(), each key's partition put in ``parts.of`` (made for
@@ -175,17 +171,13 @@ cdef class Hasher:
     cdef tuple _route_leased(self, bytes ns_prefix, object items, uint32_t partitions, Py_ssize_t max_outcome,
                              str namespace):
         cdef Parts ps
-        cdef uint32_t of_stack[PARTS_STACK]
-        cdef Py_ssize_t idx_stack[PARTS_STACK]
-        if type(items) is not list:
-            items = list(items)
-        _parts_init(&ps, len(items), of_stack, idx_stack)
+        items = items if type(items) is list else list(items)
+        _parts_init(&ps, len(items))
         try:
             kbs, toks, outs = self._route_leased_into(ns_prefix, items, partitions, max_outcome, namespace, &ps)
-            _parts_group(&ps, partitions)
-            return kbs, toks, outs, _parts_groups(&ps, None)
+            return kbs, toks, outs, _parts_groups(&ps, partitions)
         finally:
-            _parts_free(&ps, of_stack)
+            _parts_free(&ps)
 
     cdef tuple _route_leased_into(self, bytes ns_prefix, object items, uint32_t partitions, Py_ssize_t max_outcome,
                                   str namespace, Parts *parts):
@@ -313,6 +305,8 @@ ctypedef struct Parts:
     # the caller's stack (_parts_init, _parts_free).
     uint32_t *of         # of[i]: key i's partition
     Py_ssize_t *idx      # after grouping: the indexes, group by group
+    uint32_t of_stack[PARTS_STACK]     # of and idx, for a batch of at most PARTS_STACK keys
+    Py_ssize_t idx_stack[PARTS_STACK]
     Py_ssize_t n
     int ngroups
     uint16_t group_of[C_MAX_PARTITIONS]  # partition -> its group (set for the store's partitions only)
@@ -321,26 +315,26 @@ ctypedef struct Parts:
     Py_ssize_t count[C_MAX_PARTITIONS]   # group -> how many
 
 
-cdef int _parts_init(Parts *ps, Py_ssize_t n, uint32_t *of_stack, Py_ssize_t *idx_stack) except -1:
-    # ``of_stack`` and ``idx_stack`` hold PARTS_STACK entries each; a larger
-    # batch gets its arrays from malloc (_parts_free gives them back).
+cdef int _parts_init(Parts *ps, Py_ssize_t n) except -1:
+    # For n keys: a batch of more than PARTS_STACK gets its arrays from
+    # malloc (_parts_free gives them back).
     ps.n = n
     ps.ngroups = 0
     if n <= PARTS_STACK:
-        ps.of, ps.idx = of_stack, idx_stack
+        ps.of, ps.idx = ps.of_stack, ps.idx_stack
         return 0
     ps.of = <uint32_t *>malloc(n * sizeof(uint32_t))
     ps.idx = <Py_ssize_t *>malloc(n * sizeof(Py_ssize_t))
     if ps.of == NULL or ps.idx == NULL:
         free(ps.of)
         free(ps.idx)
-        ps.of, ps.idx = of_stack, idx_stack
+        ps.of, ps.idx = ps.of_stack, ps.idx_stack
         raise MemoryError()
     return 0
 
 
-cdef void _parts_free(Parts *ps, uint32_t *of_stack) noexcept:
-    if ps.of != of_stack:
+cdef void _parts_free(Parts *ps) noexcept:
+    if ps.of != ps.of_stack:
         free(ps.of)
         free(ps.idx)
 
@@ -379,13 +373,16 @@ cdef int _parts_group(Parts *ps, uint32_t partitions) except -1:
     return 0
 
 
-cdef dict _parts_groups(Parts *ps, object only):
-    # {partition: [indexes]} of the grouped partitions ``only`` (None: all),
-    # as route_keys() returns them: what the Python paths take.
+cdef dict _parts_groups(Parts *ps, uint32_t partitions, object only=None):
+    # {partition: [indexes]}, as route_keys() returns them (what the Python
+    # paths take), of the partitions ``only`` (default: all) once grouped
+    # (``partitions``: grouped here first; 0: grouped already).
     cdef dict out = {}
     cdef Py_ssize_t k
     cdef int g
     cdef uint32_t p
+    if partitions:
+        _parts_group(ps, partitions)
     for g in range(ps.ngroups):
         p = ps.part[g]
         if only is None or p in only:

@@ -436,8 +436,8 @@ cdef class StoreCore:
         else:
             left = [parts.part[g] for g in range(parts.ngroups)]
         if left or first is not None:
-            self._write_rest(kind, ns, _parts_groups(parts, left), left, first, kbs, a, b, now, lease, event_times,
-                             claimant, results)
+            self._write_rest(kind, ns, _parts_groups(parts, 0, left), left, first, kbs, a, b, now, lease,
+                             event_times, claimant, results)
         return 0
 
     def claim(self, namespace, key, intent=None, *, event_time=None, event_id=None, claimant=None, lease=None):
@@ -495,11 +495,9 @@ cdef class StoreCore:
                                   None if event_times is None else event_times[0], None, claimant, None, &now)
             return _batch_result([res], namespace, [kb], now, self._counts)
         cdef Parts parts
-        cdef uint32_t of_stack[PARTS_STACK]
-        cdef Py_ssize_t idx_stack[PARTS_STACK]
         cdef list digests, results
         cdef object ets, cl
-        _parts_init(&parts, n, of_stack, idx_stack)
+        _parts_init(&parts, n)
         try:
             kbs = self._hasher._route_keys_into(ns.prefix, keys, self._nparts, &parts)
             digests = [None] * n if intents is None else self._hasher._intent_digests(intents, ns.fields)
@@ -513,7 +511,7 @@ cdef class StoreCore:
             # probe every key twice.
             self._write_batch(C_BATCH_CLAIM, ns, &parts, kbs, digests, None, now, ns.lease_us, ets, cl, results)
         finally:
-            _parts_free(&parts, of_stack)
+            _parts_free(&parts)
         return _batch_result(results, namespace, kbs, now, self._counts)
 
     cdef object _leased_key(self, int kind, NamespaceCore ns, bytes kb, object tok, object out, int *rc,
@@ -583,10 +581,8 @@ cdef class StoreCore:
                 return [None]
             return self._lease_errors(namespace, [kb], [tok], [rc])
         cdef Parts parts
-        cdef uint32_t of_stack[PARTS_STACK]
-        cdef Py_ssize_t idx_stack[PARTS_STACK]
         cdef list results
-        _parts_init(&parts, n, of_stack, idx_stack)
+        _parts_init(&parts, n)
         try:
             kbs, toks, outs = self._hasher._route_leased_into(ns.prefix, items, self._nparts, max_outcome,
                                                               namespace, &parts)
@@ -594,7 +590,7 @@ cdef class StoreCore:
             results = [None] * n
             self._write_batch(kind, ns, &parts, kbs, toks, outs, now, 0, None, None, results)
         finally:
-            _parts_free(&parts, of_stack)
+            _parts_free(&parts)
         if _all_applied(results, completes):
             return [None] * n
         return self._lease_errors(namespace, kbs, toks, [res[0] for res in results] if completes else results)

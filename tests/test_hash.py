@@ -213,6 +213,7 @@ def test_a_batch_is_grouped_by_partition_in_input_order(n: int, partitions: int)
     kbs, groups = h.route_keys(b"\x00\x01", keys, partitions)
     assert kbs == [k.encode() for k in keys]
     assert list(groups.items()) == list(expected.items())
+    assert h.route_keys(b"\x00\x01", iter(keys), partitions) == (kbs, groups)  # any iterable
     items = [(k, i + 1, b"out") for i, k in enumerate(keys)]
     lkbs, toks, outs, lgroups = h.route_leased(b"\x00\x01", items, partitions, 10, "ns")
     assert (lkbs, toks, outs) == (kbs, [i + 1 for i in range(n)], [b"out"] * n)
