@@ -1,6 +1,7 @@
 cimport cython
 from cpython.object cimport Py_TYPE, PyTypeObject
 from cpython.tuple cimport PyTuple_GET_ITEM
+from posix.time cimport CLOCK_MONOTONIC
 
 cdef extern from "Python.h":
     # Cython's cpython.type declares its argument as an object, which C
@@ -50,9 +51,6 @@ def bind_store(batch_cls, tuple status_by_code, tuple leased_codes, small_bytes,
     global _time_time
     import time
     _time_time = time.time
-
-
-from posix.time cimport CLOCK_MONOTONIC
 
 
 cdef inline double _monotonic() noexcept:
