@@ -1,0 +1,39 @@
+"""scripts/pgo_train.py, the training run of a profile-guided build
+(setup.py's BuildExt, which scripts/dev.sh asks for): a build whose training
+fails fails, so the script must keep running against the package as it is."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_training_runs_every_shape_against_the_installed_package(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "pgo_train.py"), "--seconds", "0.2"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    trained = re.search(r"pgo_train: training (\S+)", proc.stderr)
+    assert trained is not None, proc.stderr
+    import dedupstore._native
+
+    assert Path(trained.group(1)).resolve() == Path(dedupstore._native.__file__).resolve()
+    runs = re.findall(r"pgo_train: (\w+) (\w+): ([\d,]+) events claimed", proc.stderr)
+    assert [(d, m) for d, m, _ in runs] == [
+        ("flush", "poll"), ("flush", "single"), ("flush", "batch"), ("sync", "poll"), ("sync", "batch"),
+    ]
+    assert all(int(n.replace(",", "")) > 0 for _, _, n in runs)
+
+
+def test_a_bad_argument_is_refused_naming_it(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "pgo_train.py"), "--seconds", "soon"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "--seconds" in proc.stderr
