@@ -63,8 +63,10 @@ class BuildExt(build_ext):
 
     A stamp in the build directory names how the extension there was built
     (plain, or profile-guided from which sources and flags): a build of the
-    other kind, or a profile-guided one from changed sources, starts over;
-    an up-to-date one is reused as setuptools reuses any."""
+    other kind, a profile-guided one from changed sources or one that
+    setuptools would compile again (a source newer than the module), and a
+    build cut short, start over; an up-to-date one is reused as setuptools
+    reuses any."""
 
     def run(self) -> None:
         stamp = Path(self.build_temp) / "dedupstore-build.stamp"
@@ -76,15 +78,32 @@ class BuildExt(build_ext):
                 print(f"DEDUPSTORE_PGO: {problem}; building without a profile", file=sys.stderr)
             else:
                 want = "pgo " + _fingerprint(self.extensions)
-        if old != want:
-            self.force = True
-            stamp.unlink(missing_ok=True)
-        if want == "plain" or old == want:
-            super().run()
+        if old == want and (want == "plain" or self._up_to_date()):
+            super().run()  # setuptools' own check: an up-to-date build is reused
         else:
-            self._run_pgo(Path(self.build_temp).resolve() / "pgo")
-        stamp.parent.mkdir(parents=True, exist_ok=True)
+            # Until this build ends, the stamp names none: one cut short
+            # (an instrumented module left behind) is redone, whatever comes next.
+            stamp.parent.mkdir(parents=True, exist_ok=True)
+            stamp.write_text("incomplete")
+            self.force = True
+            if want == "plain":
+                super().run()
+            else:
+                self._run_pgo(Path(self.build_temp).resolve() / "pgo")
         stamp.write_text(want)
+
+    def _up_to_date(self) -> bool:
+        # Whether setuptools would reuse every module built before (each
+        # newer than its sources and dependencies) rather than compile it
+        # again without the profile.
+        for ext in self.extensions:
+            built = Path(self.get_ext_fullpath(ext.name))
+            if not built.exists():
+                return False
+            inputs = [Path(src) for src in [*ext.sources, *ext.depends]]
+            if any(src.stat().st_mtime > built.stat().st_mtime for src in inputs if src.exists()):
+                return False
+        return True
 
     def _run_pgo(self, profiles: Path) -> None:
         shutil.rmtree(profiles, ignore_errors=True)  # counts would add to a stale profile's
