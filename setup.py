@@ -34,7 +34,7 @@ CSRC = [
 
 compile_args = ["-std=c11", "-pthread", "-Wall", "-Wextra", "-Wno-unused-function", "-Wno-unused-parameter"]
 if DEBUG:
-    compile_args += ["-O0", "-g3", "-UNDEBUG"]
+    compile_args += ["-O0", "-g3", "-UNDEBUG", "-DDS_DEBUG_BUILD"]
 else:
     compile_args += ["-O2"]
 if STRICT:
@@ -108,12 +108,14 @@ class BuildExt(build_ext):
     def _run_pgo(self, profiles: Path) -> None:
         shutil.rmtree(profiles, ignore_errors=True)  # counts would add to a stale profile's
         profiles.mkdir(parents=True)
-        self._stage([f"-fprofile-generate={profiles}"], [f"-fprofile-generate={profiles}"])
+        self._stage([f"-fprofile-generate={profiles}", "-DDS_PGO_STAGE=1"], [f"-fprofile-generate={profiles}"])
         self._train()
         if not any(profiles.rglob("*.gcda")):
             raise RuntimeError(f"DEDUPSTORE_PGO: the training run wrote no profile into {profiles}")
         self.force = True
-        self._stage([f"-fprofile-use={profiles}", "-fprofile-partial-training", "-Wno-missing-profile"], [])
+        self._stage(
+            [f"-fprofile-use={profiles}", "-fprofile-partial-training", "-Wno-missing-profile", "-DDS_PGO_STAGE=2"], []
+        )
 
     def _stage(self, compile_extra: list[str], link_extra: list[str]) -> None:
         # One build of every extension with these flags added.

@@ -64,6 +64,7 @@ from typing import Any
 import lmdb
 
 from dedupstore import DedupStore, Status
+from dedupstore._native import NATIVE_BUILD
 from dedupstore.layout import DEFAULT_MAP_SIZE, DURABILITY
 from dedupstore.loadgen import LoadConfig, make_stream
 
@@ -349,8 +350,8 @@ def report(res: dict[str, Any], header: dict[str, Any]) -> str:
     lines = [
         f"peers   : the reference claim stream, the first {header['single_events']:,} events one claim at a time "
         f"(then again: repeat), all {header['events']:,} in batches; sides interleaved in chunks",
-        f"machine : nproc {header['nproc']}, Python {header['python']}, durability {header['durability']}, "
-        f"dir {header['dir']}",
+        f"machine : nproc {header['nproc']}, Python {header['python']} ({header['python_executable']}), "
+        f"native core {header['native_build']}, durability {header['durability']}, dir {header['dir']}",
         "",
         f"{'side':<11} {'single claims/s':>16} {'us/claim':>9} {'ours/this':>10}   "
         f"{'batch claims/s':>15} {'us/claim':>9} {'ours/this':>10}   "
@@ -424,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
         "single_events": min(args.events, args.single_events),
         "nproc": len(os.sched_getaffinity(0)),
         "python": platform.python_version(),
+        "python_executable": os.path.realpath(sys.executable),
+        "native_build": NATIVE_BUILD,
         "durability": args.durability,
         "dir": os.path.realpath(args.dir),
         "elapsed_s": time.perf_counter() - t0,

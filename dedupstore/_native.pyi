@@ -28,6 +28,7 @@ MAX_KEY_BYTES: int
 MAX_INTENT_BYTES: int
 MAX_INTENT_DEPTH: int
 KEY_PREFIX_BYTES: int
+NATIVE_BUILD: str
 
 def reseed_tokens() -> None: ...
 def next_token() -> int: ...

@@ -49,6 +49,14 @@ STATE_COMPLETED = DS_STATE_COMPLETED
 RECORD_VERSION = DS_RECORD_VERSION
 NO_TIME = DS_NO_TIME
 
+cdef extern from "ds_build.h":
+    const char *DS_NATIVE_BUILD
+
+#: Which build of this module this is: "plain", "profile-guided" (setup.py's
+#: BuildExt with DEDUPSTORE_PGO=1, docs/build.md), "instrumented" (the build
+#: a profile-guided one trains) or "debug". CPU figures depend on it.
+NATIVE_BUILD = (<bytes>DS_NATIVE_BUILD).decode("ascii")
+
 #: A filter build gathers at most this many key hashes (32 MiB) in its one
 #: pass over a generation; a larger generation is read twice (Space.build_bloom).
 MAX_GATHERED_HASHES = 1 << 22

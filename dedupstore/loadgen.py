@@ -26,7 +26,9 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import platform
 import random
+import sys
 import tempfile
 import threading
 import time
@@ -35,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ._native import AcceleratedClock
+from ._native import NATIVE_BUILD, AcceleratedClock
 from .errors import InvalidInputError
 
 try:
@@ -358,6 +360,24 @@ class LoadReport:
                 "in_calls_share": round(self.call_slice_seconds / self.wall_seconds, 4) if self.wall_seconds else 0.0,
             },
         }
+
+
+def machine() -> dict[str, Any]:
+    """What a run's CPU and latency figures depend on besides the store's
+    own code: the CPUs this process may run on, the Python that runs it (a
+    Python built with PGO and LTO, as Debian's, runs the same calls in
+    fewer instructions: docs/benchmarks.md) and the native core's build
+    (plain or profile-guided: docs/build.md)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return {
+        "cpus": cpus,
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "python_executable": os.path.realpath(sys.executable),
+        "native_build": NATIVE_BUILD,
+    }
 
 
 def _disk_bytes(root: Path) -> int:

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     from dedupstore import _native
     from dedupstore.loadgen import HORIZON_S, LoadConfig, run_load
 
-    print(f"pgo_train: training {_native.__file__}", file=sys.stderr)
+    print(f"pgo_train: training {_native.__file__} ({_native.NATIVE_BUILD} build)", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="dedupstore-pgo-") as tmp:
         for i, (durability, mode, rate, share) in enumerate(RUNS):
             config = LoadConfig(rate=rate, duration=args.seconds * share, durability=durability, mode=mode,

@@ -5,6 +5,8 @@ optional: a missing one is skipped with a line saying so. No timing is judged.""
 from __future__ import annotations
 
 import json
+import os
+import platform
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -54,3 +56,5 @@ def test_missing_peers_are_skipped_with_a_line(
     assert "diskcache: skipped: diskcache is not installed" in out
     assert "target vs redis (>= 40x): not measured (redis skipped)" in out
     assert "dedupstore " in out  # our own row is still there
+    # What the figures depend on besides the code: the Python and the native core's build.
+    assert f"Python {platform.python_version()} ({os.path.realpath(sys.executable)}), native core " in out

@@ -5,12 +5,14 @@ from __future__ import annotations
 import functools
 import json
 import os
+import platform
 import sys
 from pathlib import Path
 
 import pytest
 from _cli import rows, run, run_json
 
+from dedupstore import _native
 from dedupstore.cli import bench
 from dedupstore.cli.main import main
 
@@ -64,6 +66,13 @@ def test_bench_json_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path, d
     assert set(floor) == {"seconds", "events", "cpu_share", "p50_us", "p99_us", "p999_us", "max_us"}
     assert floor["seconds"] == 0.3 and floor["events"] == 600 and 0 < floor["cpu_share"] <= 1
     assert 0 <= floor["p50_us"] <= floor["p99_us"] <= floor["p999_us"] <= floor["max_us"]
+    # What the figures depend on besides the store: the CPUs, the Python, the native core's build.
+    assert doc["machine"] == {
+        "cpus": len(os.sched_getaffinity(0)),
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "python_executable": os.path.realpath(sys.executable),
+        "native_build": _native.NATIVE_BUILD,
+    }
 
 
 def test_bench_table_and_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -74,6 +83,11 @@ def test_bench_table_and_bad_input(capsys: pytest.CaptureFixture[str], tmp_path:
     assert "with no store" in rows(out)["floor"]
     assert "in its calls" in rows(out)["store cpu"] and "schedule alone took" in rows(out)["store cpu"]
     assert "begun late" in rows(out)["rounds"]
+    cpus = len(os.sched_getaffinity(0))
+    assert rows(out)["machine"] == (
+        f"{cpus} CPU{'s' if cpus != 1 else ''}, {platform.python_implementation()} {platform.python_version()} "
+        f"({os.path.realpath(sys.executable)}), native core {_native.NATIVE_BUILD}"
+    )
     assert main(["bench", "--rate", "fast"]) == 2
     assert "dedupstore: error:" in capsys.readouterr().err
     for bad in ("-1s", "11m", "soon"):
@@ -128,6 +142,7 @@ def test_find_max_json_shape(capsys: pytest.CaptureFixture[str], monkeypatch: py
     doc = run_json(capsys, "bench", "--find-max", "--step", "300ms", "--durability", "flush", "--p99-limit", "5ms")
     assert doc["durability"] == "flush" and doc["p99_limit_us"] == 5000 and doc["step_seconds"] == 0.3
     assert set(doc["find_max"]) == {"single", "batch"}
+    assert doc["machine"]["native_build"] == _native.NATIVE_BUILD
     for mode, res in doc["find_max"].items():
         assert res["mode"] == mode and res["batch"] == (1 if mode == "single" else 100)
         assert 1 <= len({s["rate"] for s in res["steps"]}) <= 2 and len(res["steps"]) <= 4  # a failed rate twice

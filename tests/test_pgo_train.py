@@ -18,11 +18,13 @@ def test_training_runs_every_shape_against_the_installed_package(tmp_path: Path)
         cwd=tmp_path, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
-    trained = re.search(r"pgo_train: training (\S+)", proc.stderr)
+    trained = re.search(r"pgo_train: training (\S+) \((\S+) build\)", proc.stderr)
     assert trained is not None, proc.stderr
     import dedupstore._native
 
     assert Path(trained.group(1)).resolve() == Path(dedupstore._native.__file__).resolve()
+    # Outside a training run the module is never the instrumented build.
+    assert trained.group(2) == dedupstore._native.NATIVE_BUILD in {"plain", "profile-guided", "debug"}
     runs = re.findall(r"pgo_train: (\w+) (\w+): ([\d,]+) events claimed", proc.stderr)
     assert [(d, m) for d, m, _ in runs] == [
         ("flush", "poll"), ("flush", "single"), ("flush", "batch"), ("sync", "poll"), ("sync", "batch"),

@@ -30,6 +30,7 @@ from dedupstore.loadgen import (
     RampStep,
     find_max_rate,
     generations_per_second,
+    machine,
     machine_floor,
     run_load,
 )
@@ -146,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
     if bar is not None:
         bar.close()
     doc = report.to_dict()
+    doc["machine"] = machine()
     if floor is not None:
         doc["machine_floor"] = floor
     if args.histogram:
@@ -166,6 +168,7 @@ def _summary(config: LoadConfig, report: LoadReport, doc: dict[str, Any]) -> lis
         ("offered", f"{fmt_rate(config.rate)} for {format_number(config.duration)} s "
                     f"({config.durability}, {shape[config.mode]})"),
         ("achieved", fmt_rate(doc["achieved_rate"])),
+        ("machine", _machine(doc["machine"])),
     ]
     if config.thread_cpus is not None or config.consumer_cpus is not None:
         def on(cpus: tuple[int, ...] | None) -> str:
@@ -230,6 +233,11 @@ def _summary(config: LoadConfig, report: LoadReport, doc: dict[str, Any]) -> lis
     return rows
 
 
+def _machine(m: dict[str, Any]) -> str:
+    cpus = f"{m['cpus']} CPU{'s' if m['cpus'] != 1 else ''}"
+    return f"{cpus}, {m['python']} ({m['python_executable']}), native core {m['native_build']}"
+
+
 def _spread(q: dict[str, Any]) -> str:
     return f"p50 {q['p50_us']:,.0f} us, p99 {q['p99_us']:,.0f} us, p99.9 {q['p999_us']:,.0f} us"
 
@@ -269,7 +277,8 @@ def _find_max(args: argparse.Namespace, config: LoadConfig) -> int:
             on_step=show,
         )
         results[mode] = ramp.to_dict()
-    doc = {"durability": config.durability, "step_seconds": step_s, "p99_limit_us": limit_us, "find_max": results}
+    doc = {"durability": config.durability, "step_seconds": step_s, "p99_limit_us": limit_us, "find_max": results,
+           "machine": machine()}
     if args.json:
         emit_json(doc)
         return EXIT_OK
