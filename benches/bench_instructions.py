@@ -12,9 +12,11 @@ every second, no eviction thread), twice: with
 ``--calls`` iterations and with none, both after the same warm-up; the
 figure is the difference of the main thread's counts divided by the
 iterations, so interpreter start-up, imports and the store's opening cancel
-out. Background threads (the flusher's applies and ticks) are counted
-apart by callgrind and left out: under valgrind they run fifty times more
-often per call than at full speed.
+out (both runs with Python's hash seed fixed, so that those are the same,
+and with the warm-up's writes applied before the iterations). Background
+threads (the flusher's applies and ticks) are counted apart by callgrind
+and left out: under valgrind they run fifty times more often per call than
+at full speed.
 
     claim             claim() of a new key, with an event time
     claim, aged       the same in a namespace 13 hours old on the store's
@@ -106,6 +108,12 @@ def round_of(tag):
 
 for i in range(20 if size >= 100 else 200):
     round_of(f"w{i}")
+# The warm-up's writes applied now, by this thread: left pending, they would
+# be applied by whichever thread got there first (a flush-mode call makes a
+# slice of an apply under way, the flusher what the calls leave), so the
+# main thread's count would depend on when the flusher's tick came (under
+# valgrind, hundreds of thousands of instructions either way).
+s.flush()
 keys = [f"k{i}" for i in range(n)]
 if what == "claim_inflight":
     # As many keys claimed (and applied) in every run of the scenario, so
@@ -184,6 +192,11 @@ def _profile(what: str, n: int, workdir: str, most: int | None = None, cold: boo
          sys.executable, "-c", CHILD, what, str(n), workdir, str(n if most is None else most),
          "cold" if cold else "warm", str(LL_BYTES)],
         check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        # A fixed hash seed: with a random one, the interpreter's start-up and
+        # imports (most of each run's count) moved by up to 0.6 million
+        # instructions between runs, which the two runs' difference took in
+        # whole (0.02 million with the seed fixed; docs/benchmarks.md).
+        env=dict(os.environ, PYTHONHASHSEED="0"),
     )
     return Path(f"{out}-01")
 
