@@ -991,8 +991,9 @@ def find_max_rate(
     scheduled time) is at most ``p99_limit_us`` and it achieved at least
     ``min_achieved`` of the offered rate. The rate grows by ``factor`` per step
     until one fails (or, when ``start`` already fails, shrinks by it until one
-    passes); then ``refine`` bisections (geometric) between the highest
-    sustained rate and the lowest failed one. At most ``max_steps`` steps
+    passes, then tries the lowest failed rate once more, and grows again from
+    it if it passes now); then ``refine`` bisections (geometric) between the
+    highest sustained rate and the lowest failed one. At most ``max_steps`` steps
     before the bisections (the result is then :attr:`RampResult.capped` if
     none failed), and none of fewer than MIN_STEP_EVENTS events.
 
@@ -1026,19 +1027,31 @@ def find_max_rate(
     good: float | None = None
     bad: float | None = None
     rate = start
+    descended = rechecked = False
     for _ in range(max_steps):
         if attempt(rate):
             good = rate
-            if bad is not None:
-                break
-            rate *= factor
-        else:
-            bad = rate
-            if good is not None:
-                break
-            rate /= factor  # not even the start: ramp down instead
-            if rate * step_seconds < MIN_STEP_EVENTS:
-                break
+            if bad is None:
+                rate *= factor
+                continue
+            if descended and not rechecked:
+                # The start failed and a lower rate passed. The start's tries
+                # came first, one after the other: a spell of the machine's
+                # (another process's burst) fails them all, and a bound
+                # taken from them would hold the whole search under it. So
+                # the failed rate is tried once more, and if it passes now
+                # the ramp goes on up from it.
+                rechecked = True
+                rate, bad = bad, None
+                continue
+            break
+        bad = rate
+        if good is not None:
+            break
+        descended = True
+        rate /= factor  # not even the start: ramp down instead
+        if rate * step_seconds < MIN_STEP_EVENTS:
+            break
     if good is not None and bad is not None:
         for _ in range(refine):
             mid = (good * bad) ** 0.5

@@ -256,12 +256,41 @@ def test_ramp_goes_down_when_the_start_fails(monkeypatch: pytest.MonkeyPatch) ->
     calls: list[float] = []
     monkeypatch.setattr(loadgen, "run_load", _fake_run(300.0, calls))
     res = find_max_rate(LoadConfig(mode="single"), start=1000, factor=2.0, refine=0, retries=0)
-    assert calls == [1000, 500, 250] and res.max_rate == 250
+    # Down until 250 passes; then 500, the lowest failed rate, once more.
+    assert calls == [1000, 500, 250, 500] and res.max_rate == 250
     calls.clear()
     monkeypatch.setattr(loadgen, "run_load", _fake_run(0.0, calls))
     res = find_max_rate(LoadConfig(mode="single"), start=1000, factor=2.0, step_seconds=1.0)
     assert res.max_rate is None and calls[-1] >= loadgen.MIN_STEP_EVENTS  # stops before steps too small to judge
     assert res.to_dict()["max_rate"] is None and not res.capped
+
+
+def test_a_start_failed_by_a_spell_of_the_machine_does_not_bound_the_ramp(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The machine is busy for the first two steps (the start and its retry),
+    # whatever their rate; the store sustains up to 3000 events/s. Seen on
+    # a shared VM: batches of 100 "9,036 events/s", then 231,583 in the
+    # next run (docs/benchmarks.md, twenty-seventh session).
+    calls: list[float] = []
+    fake = _fake_run(3000.0, calls)
+
+    def busy_at_first(config: LoadConfig, *args: object, **kwargs: object) -> LoadReport:
+        rep = fake(config)
+        if len(calls) <= 2:
+            rep.latencies_us = [5000.0] * 10
+        return rep
+
+    monkeypatch.setattr(loadgen, "run_load", busy_at_first)
+    res = find_max_rate(LoadConfig(mode="batch"), start=1000, factor=2.0, refine=1)
+    # 1000 fails twice (the spell), 500 passes, 1000 passes when tried again,
+    # and the ramp goes on up: 2000, then 4000 fails both tries, then one
+    # bisection between 2000 and 4000 (2828 passes).
+    assert calls == [1000, 1000, 500, 1000, 2000, 4000, 4000, 2000 * 2 ** 0.5]
+    assert res.max_rate == pytest.approx(2000 * 2 ** 0.5) and not res.capped
+    # A start the store cannot sustain is tried again once, and still bounds it.
+    calls.clear()
+    monkeypatch.setattr(loadgen, "run_load", _fake_run(600.0, calls))
+    res = find_max_rate(LoadConfig(mode="batch"), start=1000, factor=2.0, refine=0)
+    assert calls == [1000, 1000, 500, 1000, 1000] and res.max_rate == 500
 
 
 def test_a_rate_not_sustained_is_tried_again_once_before_it_fails(monkeypatch: pytest.MonkeyPatch) -> None:
