@@ -111,8 +111,7 @@ for i in range(20 if size >= 100 else 200):
 # The warm-up's writes applied now, by this thread: left pending, they would
 # be applied by whichever thread got there first (a flush-mode call makes a
 # slice of an apply under way, the flusher what the calls leave), so the
-# main thread's count would depend on when the flusher's tick came (under
-# valgrind, hundreds of thousands of instructions either way).
+# main thread's count could depend on when the flusher's tick came.
 s.flush()
 keys = [f"k{i}" for i in range(n)]
 if what == "claim_inflight":
