@@ -64,9 +64,8 @@ from typing import Any
 import lmdb
 
 from dedupstore import DedupStore, Status
-from dedupstore._native import NATIVE_BUILD
 from dedupstore.layout import DEFAULT_MAP_SIZE, DURABILITY
-from dedupstore.loadgen import LoadConfig, make_stream
+from dedupstore.loadgen import LoadConfig, machine, make_stream
 
 #: Raw LMDB per mode, as in bench_core.py: flush is LMDB without any fsync per
 #: commit (and without dedupstore's checkpoints: not crash-safe).
@@ -420,13 +419,14 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.perf_counter()
     res = run(args, say)
+    host = machine()
     header = {
         "events": args.events,
         "single_events": min(args.events, args.single_events),
         "nproc": len(os.sched_getaffinity(0)),
         "python": platform.python_version(),
-        "python_executable": os.path.realpath(sys.executable),
-        "native_build": NATIVE_BUILD,
+        "python_executable": host["python_executable"],
+        "native_build": host["native_build"],
         "durability": args.durability,
         "dir": os.path.realpath(args.dir),
         "elapsed_s": time.perf_counter() - t0,

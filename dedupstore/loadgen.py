@@ -1027,14 +1027,16 @@ def find_max_rate(
     good: float | None = None
     bad: float | None = None
     rate = start
-    descended = rechecked = False
+    rechecked = False
     for _ in range(max_steps):
         if attempt(rate):
             good = rate
             if bad is None:
                 rate *= factor
                 continue
-            if descended and not rechecked:
+            # Only a ramp that went down finds a failed rate above one that
+            # passes: going up, the first failure ends the loop.
+            if not rechecked:
                 # The start failed and a lower rate passed. The start's tries
                 # came first, one after the other: a spell of the machine's
                 # (another process's burst) fails them all, and a bound
@@ -1048,7 +1050,6 @@ def find_max_rate(
         bad = rate
         if good is not None:
             break
-        descended = True
         rate /= factor  # not even the start: ramp down instead
         if rate * step_seconds < MIN_STEP_EVENTS:
             break
