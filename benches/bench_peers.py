@@ -423,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     header = {
         "events": args.events,
         "single_events": min(args.events, args.single_events),
-        "nproc": len(os.sched_getaffinity(0)),
+        "nproc": host["cpus"],
         "python": platform.python_version(),
         "python_executable": host["python_executable"],
         "native_build": host["native_build"],
