@@ -3,6 +3,7 @@ and its JSON has the documented shape. No timing is judged."""
 
 from __future__ import annotations
 
+import gc
 import json
 from types import ModuleType
 
@@ -18,6 +19,7 @@ def calls() -> ModuleType:
 @pytest.mark.parametrize("durability", ["flush", "sync"])
 def test_every_call_is_measured(calls: ModuleType, durability: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert calls.main(["--quick", "--json", "--durability", durability]) == 0
+    assert gc.isenabled()  # paused while the calls ran, not left off
     out = json.loads(capsys.readouterr().out)
     assert out["durability"] == durability and out["repeat"] == 1
     labels = [row["call"] for row in out["calls"]]
