@@ -20,6 +20,12 @@ cdef extern from "ds_canon.h":
         DS_BUF_OK
         DS_BUF_TOO_LARGE
         DS_BUF_NOMEM
+        DS_BUF_INVALID
+        DS_FIELD_NULL
+        DS_FIELD_TRUE
+        DS_FIELD_FALSE
+        DS_FIELD_INT
+        DS_FIELD_STRING
     ctypedef struct ds_buf:
         uint8_t *data
         size_t len
@@ -32,6 +38,15 @@ cdef extern from "ds_canon.h":
     int ds_buf_put(ds_buf *b, const void *data, size_t length)
     int ds_buf_put_byte(ds_buf *b, uint8_t c)
     int ds_buf_put_json_string(ds_buf *b, const uint8_t *utf8, size_t length)
+    int ds_buf_put_int(ds_buf *b, long long v)
+    ctypedef struct ds_canon_field:
+        const uint8_t *key
+        size_t klen
+        int kind
+        const uint8_t *text
+        size_t tlen
+        long long num
+    int ds_buf_put_flat_object(ds_buf *b, ds_canon_field *fields, size_t n)
 
 
 cdef extern from "ds_record.h":

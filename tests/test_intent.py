@@ -326,6 +326,41 @@ def test_mappings_of_any_size_match_json_dumps(obj: dict[str, Any]) -> None:
     assert canon(obj) == STRUCTURED + want.encode("utf-8")
 
 
+_ascii = st.text(alphabet=st.characters(max_codepoint=127), max_size=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(obj=st.dictionaries(_ascii, st.none() | st.booleans() | st.integers() | _ascii, max_size=16))
+def test_flat_ascii_mappings_match_json_dumps(obj: dict[str, Any]) -> None:
+    # The common intent's shape, written by one C call (ds_buf_put_flat_object)
+    # when every key and text is ASCII and every int fits in 64 bits; others
+    # (a larger int here) by the general path: the same bytes either way.
+    want = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert canon(obj) == STRUCTURED + want.encode("utf-8")
+
+
+def test_flat_mapping_edges() -> None:
+    # Either side of the 64-bit range, and members the flat path leaves to
+    # the general one (a non-ASCII key or text, a float, a str or int
+    # subclass, a nested container) beside those it takes.
+    class Code(enum.IntEnum):
+        OK = 7
+
+    class Currency(enum.StrEnum):
+        EUR = "EUR"
+
+    for value in (2**63 - 1, -(2**63), 2**63, -(2**63) - 1):
+        assert canon({"a": value, "b": "x"}) == STRUCTURED + f'{{"a":{value},"b":"x"}}'.encode()
+    assert canon({"b": 1, "\u00e9": "x"}) == STRUCTURED + '{"b":1,"\u00e9":"x"}'.encode()
+    assert canon({"b": 1, "a": "\u20ac"}) == STRUCTURED + '{"a":"\u20ac","b":1}'.encode()
+    assert canon({"b": 1, "a": 2.5}) == STRUCTURED + b'{"a":2.5,"b":1}'
+    assert canon({"b": 1, "a": Code.OK}) == STRUCTURED + b'{"a":7,"b":1}'
+    assert canon({"b": 1, "a": Currency.EUR}) == STRUCTURED + b'{"a":"EUR","b":1}'
+    assert canon({"b": 1, "a": [1]}) == STRUCTURED + b'{"a":[1],"b":1}'
+    assert canon({"b": None, "a": True, "c": False}) == STRUCTURED + b'{"a":true,"b":null,"c":false}'
+    assert canon({"q": 'say "hi"\n', "": 0}) == STRUCTURED + b'{"":0,"q":"say \\"hi\\"\\n"}'
+
+
 @pytest.mark.parametrize(
     "intent",
     [b"raw", b"", b"z" * 511, b"z" * 512, "text", [1, 2], {"amount": 1234, "currency": "EUR"},

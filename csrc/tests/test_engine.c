@@ -13,6 +13,7 @@
 
 #include "check.h"
 
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -412,6 +413,107 @@ static void test_json_escaping(void)
     CHECK_EQ(ds_buf_put_byte(&b, '}'), DS_BUF_OK);
     CHECK(b.len == 11 && memcmp(b.data, "{\"k\":\"v\\t\"}", 11) == 0);
     ds_buf_free(&b);
+}
+
+static void check_int(long long v, const char *want, int line)
+{
+    ds_buf b;
+    ds_buf_init(&b, 64);
+    CHECK_AT(ds_buf_put_int(&b, v) == DS_BUF_OK, __FILE__, line, "ds_buf_put_int(%lld)", v);
+    CHECK_AT(b.len == strlen(want) && memcmp(b.data, want, b.len) == 0, __FILE__, line, "%lld as %.*s, not %s", v,
+             (int)b.len, (const char *)b.data, want);
+    ds_buf_free(&b);
+}
+
+static void test_int_text(void)
+{
+    check_int(0, "0", __LINE__);
+    check_int(7, "7", __LINE__);
+    check_int(10, "10", __LINE__);
+    check_int(-1, "-1", __LINE__);
+    check_int(1234, "1234", __LINE__);
+    check_int(-1000000, "-1000000", __LINE__);
+    check_int(LLONG_MAX, "9223372036854775807", __LINE__);
+    check_int(LLONG_MIN, "-9223372036854775808", __LINE__); /* its magnitude is not a long long */
+    /* Every power of ten and its neighbours: the length is counted apart from the writing. */
+    long long p = 1;
+    for (int i = 0; i < 18; i++, p *= 10) {
+        char want[32];
+        for (long long v = p - 1; v <= p + 1; v++) {
+            snprintf(want, sizeof want, "%lld", v);
+            check_int(v, want, __LINE__);
+            snprintf(want, sizeof want, "%lld", -v);
+            check_int(-v, want, __LINE__);
+        }
+    }
+    /* All or nothing at the limit. */
+    ds_buf b;
+    ds_buf_init(&b, 4);
+    CHECK_EQ(ds_buf_put_int(&b, -999), DS_BUF_OK);
+    CHECK_EQ(ds_buf_put_int(&b, 1), DS_BUF_TOO_LARGE);
+    CHECK(b.len == 4 && memcmp(b.data, "-999", 4) == 0);
+    ds_buf_free(&b);
+}
+
+static ds_canon_field field(const char *key, int kind, const char *text, long long num)
+{
+    ds_canon_field f;
+    memset(&f, 0, sizeof f);
+    f.key = (const uint8_t *)key;
+    f.klen = strlen(key);
+    f.kind = kind;
+    f.text = (const uint8_t *)text;
+    f.tlen = text ? strlen(text) : 0;
+    f.num = num;
+    return f;
+}
+
+static void check_flat(ds_canon_field *f, size_t n, const char *want, int line)
+{
+    ds_buf b;
+    ds_buf_init(&b, 256);
+    CHECK_AT(ds_buf_put_flat_object(&b, f, n) == DS_BUF_OK, __FILE__, line, "%s", want);
+    CHECK_AT(b.len == strlen(want) && memcmp(b.data, want, b.len) == 0, __FILE__, line, "%.*s, not %s", (int)b.len,
+             (const char *)b.data, want);
+    ds_buf_free(&b);
+}
+
+static void test_flat_object(void)
+{
+    /* The reference stream's intent, its members given in any order. */
+    ds_canon_field a[] = {field("currency", DS_FIELD_STRING, "EUR", 0), field("amount", DS_FIELD_INT, NULL, 1234)};
+    check_flat(a, 2, "{\"amount\":1234,\"currency\":\"EUR\"}", __LINE__);
+    check_flat(a, 2, "{\"amount\":1234,\"currency\":\"EUR\"}", __LINE__); /* sorted in place: again the same */
+    check_flat(a, 0, "{}", __LINE__);
+
+    /* Every kind; keys by their bytes, a key before a longer one it begins,
+     * escapes in keys and values as ds_buf_put_json_string writes them. */
+    ds_canon_field b[] = {
+        field("ab", DS_FIELD_TRUE, NULL, 0),        field("a", DS_FIELD_FALSE, NULL, 0),
+        field("B", DS_FIELD_NULL, NULL, 0),         field("a\"", DS_FIELD_INT, NULL, LLONG_MIN),
+        field("\xc3\xa9", DS_FIELD_STRING, "\xe2\x82\xac", 0), field("\t", DS_FIELD_STRING, "x\ny\x01", 0),
+    };
+    check_flat(b, 6,
+               "{\"\\t\":\"x\\ny\\u0001\",\"B\":null,\"a\":false,\"a\\\"\":-9223372036854775808,\"ab\":true,"
+               "\"\xc3\xa9\":\"\xe2\x82\xac\"}",
+               __LINE__);
+
+    /* All or nothing: a buffer one byte short takes none of it; a field of no kind is refused. */
+    ds_buf buf;
+    ds_buf_init(&buf, 32);
+    CHECK_EQ(ds_buf_put_byte(&buf, '['), DS_BUF_OK);
+    CHECK_EQ(ds_buf_put_flat_object(&buf, a, 2), DS_BUF_TOO_LARGE); /* 32 bytes after the 1 */
+    CHECK_EQ(buf.len, 1);
+    ds_buf_free(&buf);
+    ds_buf_init(&buf, 32);
+    CHECK_EQ(ds_buf_put_flat_object(&buf, a, 2), DS_BUF_OK);
+    CHECK_EQ(buf.len, 32);
+    ds_buf_free(&buf);
+    ds_canon_field bad[] = {field("k", 99, NULL, 0)};
+    ds_buf_init(&buf, 32);
+    CHECK_EQ(ds_buf_put_flat_object(&buf, bad, 1), DS_BUF_INVALID);
+    CHECK_EQ(buf.len, 0);
+    ds_buf_free(&buf);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1242,6 +1344,8 @@ int main(void)
     test_reduce();
     test_buf_limit();
     test_json_escaping();
+    test_int_text();
+    test_flat_object();
     test_record_roundtrip();
     test_record_layout();
     test_record_decode_rejects();
