@@ -1,6 +1,7 @@
 #include "ds_canon.h"
 
 #include <assert.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,7 +98,12 @@ static const uint8_t ESC_EXTRA[256] = {
     0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
 };
 
-/* The length of the string literal of ``s``, quotes included. */
+/* The most bytes a string may have for its literal's length (6 a byte at
+ * most, and the quotes) to be counted in a size_t. */
+#define JSON_MAX_INPUT ((SIZE_MAX - 2) / 6)
+
+/* The length of the string literal of ``s``, quotes included (len at most
+ * JSON_MAX_INPUT). */
 static size_t json_len(const uint8_t *s, size_t len)
 {
     size_t n = len + 2;
@@ -148,6 +154,8 @@ static uint8_t *json_write(uint8_t *out, const uint8_t *s, size_t len, size_t n)
 
 int ds_buf_put_json_string(ds_buf *b, const uint8_t *s, size_t len)
 {
+    if (len > JSON_MAX_INPUT)
+        return DS_BUF_TOO_LARGE;
     size_t n = json_len(s, len);
     int rc = reserve(b, n);
     if (rc != DS_BUF_OK)
@@ -237,10 +245,15 @@ int ds_buf_put_flat_object(ds_buf *b, ds_canon_field *f, size_t n)
     /* The whole length first: one reservation, then writes that cannot fail. */
     size_t total = n ? n + 1 : 2; /* braces and commas */
     for (size_t i = 0; i < n; i++) {
+        if (f[i].klen > JSON_MAX_INPUT || (f[i].kind == DS_FIELD_STRING && f[i].tlen > JSON_MAX_INPUT))
+            return DS_BUF_TOO_LARGE;
         f[i].vout = value_len(&f[i]);
         if (f[i].vout == 0)
             return DS_BUF_INVALID;
         f[i].kout = json_len(f[i].key, f[i].klen);
+        /* The sum checked before it could wrap (keys and texts larger than memory). */
+        if (f[i].kout >= SIZE_MAX - total || f[i].vout > SIZE_MAX - total - f[i].kout - 1)
+            return DS_BUF_TOO_LARGE;
         total += f[i].kout + 1 + f[i].vout;
     }
     int rc = reserve(b, total);

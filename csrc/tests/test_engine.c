@@ -509,6 +509,18 @@ static void test_flat_object(void)
     CHECK_EQ(ds_buf_put_flat_object(&buf, a, 2), DS_BUF_OK);
     CHECK_EQ(buf.len, 32);
     ds_buf_free(&buf);
+    /* A length whose literal would not fit in a size_t is refused before
+     * any byte is read (the data here is shorter than it claims). */
+    ds_canon_field huge[] = {field("k", DS_FIELD_STRING, "v", 0)};
+    huge[0].tlen = SIZE_MAX / 2;
+    ds_buf_init(&buf, SIZE_MAX);
+    CHECK_EQ(ds_buf_put_flat_object(&buf, huge, 1), DS_BUF_TOO_LARGE);
+    huge[0].tlen = 1;
+    huge[0].klen = SIZE_MAX / 2;
+    CHECK_EQ(ds_buf_put_flat_object(&buf, huge, 1), DS_BUF_TOO_LARGE);
+    CHECK_EQ(ds_buf_put_json_string(&buf, (const uint8_t *)"v", SIZE_MAX / 2), DS_BUF_TOO_LARGE);
+    CHECK_EQ(buf.len, 0);
+    ds_buf_free(&buf);
     ds_canon_field bad[] = {field("k", 99, NULL, 0)};
     ds_buf_init(&buf, 32);
     CHECK_EQ(ds_buf_put_flat_object(&buf, bad, 1), DS_BUF_INVALID);
