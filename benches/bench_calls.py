@@ -57,8 +57,8 @@ def _store(tmp: str, durability: str) -> DedupStore:
 
 
 def measure(durability: str, events: int, repeat: int) -> list[dict[str, Any]]:
-    """The table's rows, with the collector paused (see the module's docstring)."""
-    gc.collect()
+    """The table's rows, with the collector paused (see the module's
+    docstring); each section's store is opened after a collection (_store)."""
     gc.disable()
     try:
         return _measure(durability, events, repeat)
