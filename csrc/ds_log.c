@@ -19,6 +19,8 @@ void ds_log_init(ds_log *l, int fd, uint64_t map_bytes, uint64_t chunk)
     l->chunk = chunk ? chunk : 1;
     l->mapped_writes = 0;
     l->populated = 0;
+    l->high = 0;
+    l->pwritten = 0;
     if (map_bytes == 0 || map_bytes > SIZE_MAX) {
         return;
     }
@@ -61,6 +63,9 @@ void *ds_log_span(ds_log *l, uint64_t offset, size_t n)
 {
     if (l->base != NULL && offset + n <= l->mapped && (offset + n <= l->reserved || reserve(l, offset + n))) {
         l->mapped_writes++;
+        if (offset + n > l->high) {
+            l->high = offset + n;
+        }
         return l->base + offset;
     }
     return NULL;
@@ -75,6 +80,10 @@ int ds_log_write(ds_log *l, const void *p, size_t n, uint64_t offset)
     }
     const char *c = p;
     size_t done = 0;
+    l->pwritten = 1;
+    if (offset + n > l->high) {
+        l->high = offset + n;
+    }
     while (done < n) {
         ssize_t w = pwrite(l->fd, c + done, n - done, (off_t)(offset + done));
         if (w < 0) {
@@ -143,6 +152,24 @@ int ds_log_prefault(ds_log *l, uint64_t offset, uint64_t length)
     }
     /* Whole pages only: the one holding ``end`` is asked for again. */
     __atomic_store_n(&l->populated, end - end % page, __ATOMIC_RELAXED);
+    return 0;
+}
+
+int ds_log_recycle(ds_log *l)
+{
+    if (l->base == NULL || l->pwritten || l->mapped != l->map_len || l->high > l->reserved) {
+        return EINVAL;
+    }
+    /* Beyond ``high`` the file holds zeros already: reserved space, or
+     * zeroed by the last recycling. */
+    memset(l->base, 0, (size_t)l->high);
+    l->high = 0;
+    l->mapped_writes = 0;
+    /* A page that writeback cleaned since it was written is write-protected
+     * again (the memset faulted it writable, but writeback may clean it once
+     * more before the writer's stores): the flusher's prefaults go over
+     * them again. */
+    __atomic_store_n(&l->populated, 0, __ATOMIC_RELAXED);
     return 0;
 }
 

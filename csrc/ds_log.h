@@ -39,6 +39,8 @@ typedef struct ds_log {
     uint64_t chunk;    /* bytes reserved at a time */
     uint64_t mapped_writes; /* records copied into the mapping (for stats and tests) */
     uint64_t populated; /* the pages below were faulted in by ds_log_prefault already */
+    uint64_t high;     /* the end of the furthest write (mapped or pwritten) */
+    int pwritten;      /* a write went through pwrite() */
 } ds_log;
 
 /* Sets ``l`` up over ``fd`` (open for reading and writing), mapping its
@@ -76,6 +78,19 @@ int ds_log_cut(ds_log *l, uint64_t offset);
  * errno value (EINVAL from a kernel before Linux 5.14: advice only, nothing
  * is lost; those pages are asked for again next time). */
 int ds_log_prefault(ds_log *l, uint64_t offset, uint64_t length);
+
+/* Makes a segment whose records are all applied into a fresh one, to be
+ * written again from offset 0: zeroes every byte written (the file reads as
+ * a freshly reserved one does: all zeros, so a reader stops at offset 0 and
+ * a later record is never followed by an earlier one's bytes) and forgets
+ * the writes. Its pages stay in the page cache and in the mapping, its file
+ * space stays reserved: the next writes take no page allocation, no fault
+ * and no reservation, where a fresh file's take all three (and deleting
+ * the old one frees them again). Only a segment written wholly through its
+ * whole mapping can be: returns EINVAL (and changes nothing) for one with
+ * no mapping, a pwritten record, a cut, or a refused reservation. Not beside
+ * the writer's calls, nor beside ds_log_prefault. Returns 0 or EINVAL. */
+int ds_log_recycle(ds_log *l);
 
 /* Unmaps (the descriptor is the caller's to close). */
 void ds_log_release(ds_log *l);

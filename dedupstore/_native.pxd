@@ -137,6 +137,7 @@ cdef extern from "ds_log.h":
     int ds_log_cut(ds_log *l, uint64_t offset)
     void ds_log_release(ds_log *l) nogil
     int ds_log_prefault(ds_log *l, uint64_t offset, uint64_t length) nogil
+    int ds_log_recycle(ds_log *l) nogil
 
 
 # CPython's own lock: taken and released without the GIL (the window's

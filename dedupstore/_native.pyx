@@ -2147,6 +2147,22 @@ cdef class LogFile:
             PyThread_release_lock(self._mu)
         return rc
 
+    def recycle(self) -> bool:
+        """Make this segment, all of whose records are applied and which no
+        call writes any more, a fresh one to be written again from offset 0:
+        every byte written is zeroed, the pages and the reserved space kept
+        (csrc/ds_log.h). Without the GIL: a whole segment's zeroing takes a
+        few milliseconds. False (nothing changed): it cannot be (a record
+        went past the mapping or was cut off, or it is closed)."""
+        cdef int rc = 0
+        if not self._open:
+            return False
+        with nogil:
+            PyThread_acquire_lock(self._mu, 1)
+            rc = ds_log_recycle(&self._l)
+            PyThread_release_lock(self._mu)
+        return rc == 0
+
     def close(self):
         """Unmap and close the descriptor (once; later calls do nothing).
         The unmap runs without the GIL: dropping a segment's mapping of

@@ -2,7 +2,9 @@
  * the mapping read back through read(), space is reserved ahead of them, a
  * record past the mapping and every later one are pwritten, a cut stops the
  * mapping, a reservation the filesystem refuses turns into an error code
- * from the write, not a SIGBUS, and a prefault populates reserved pages only.
+ * from the write, not a SIGBUS, a prefault populates reserved pages only,
+ * and a recycled segment reads as zeros and is written again from offset 0
+ * (one with a pwritten record, a cut or no mapping is refused).
  *
  * Built and run by tests/test_csrc.py (with ASan/UBSan where available):
  *   cc -std=c11 -Wall -Wextra -Werror -Icsrc csrc/tests/test_log.c csrc/ds_log.c
@@ -243,8 +245,109 @@ static void test_prefault(void)
     unlink(path);
 }
 
+/* Whether the file's bytes [from, to) are all zero. */
+static int zeros(int fd, long long from, long long to)
+{
+    char buf[4096];
+    while (from < to) {
+        size_t n = to - from < (long long)sizeof buf ? (size_t)(to - from) : sizeof buf;
+        CHECK_EQ(pread(fd, buf, n, (off_t)from), (long long)n);
+        for (size_t i = 0; i < n; i++) {
+            if (buf[i] != 0) {
+                return 0;
+            }
+        }
+        from += (long long)n;
+    }
+    return 1;
+}
+
+static void test_recycle(void)
+{
+    char path[512];
+    int fd = temp_file(path, sizeof path, "ds_log");
+    ds_log l;
+    ds_log_init(&l, fd, 1 << 20, 64 << 10);
+    /* Laps of fewer and fewer records: after each recycling the whole file
+     * reads as zeros, and its size and reservation stay. */
+    for (int lap = 0; lap < 3; lap++) {
+        uint64_t end = 0;
+        for (int i = 0; i < 900 - 300 * lap; i++) {
+            CHECK_EQ(put(&l, &end, 300 + (size_t)lap, (char)('a' + (i + lap) % 26)), 0);
+        }
+        CHECK_EQ(l.high, end);
+        CHECK_EQ(l.mapped_writes, (uint64_t)(900 - 300 * lap));
+        long long size = file_size(fd);
+        uint64_t reserved = l.reserved;
+        CHECK(!zeros(fd, 0, (long long)end));
+        CHECK(zeros(fd, (long long)end, size)); /* past the records: zeros, from the last lap's recycling */
+        CHECK_EQ(ds_log_recycle(&l), 0);
+        CHECK(zeros(fd, 0, size));
+        CHECK_EQ(file_size(fd), size);
+        CHECK_EQ(l.reserved, reserved);
+        CHECK_EQ(l.mapped_writes, 0);
+        CHECK_EQ(l.high, 0);
+        CHECK_EQ(l.populated, 0);
+    }
+    /* A record built in place counts as written too. */
+    char *p = ds_log_span(&l, 0, 64);
+    CHECK(p != NULL);
+    memset(p, 's', 64);
+    CHECK_EQ(l.high, 64);
+    CHECK_EQ(ds_log_recycle(&l), 0);
+    CHECK(zeros(fd, 0, file_size(fd)));
+    ds_log_release(&l);
+    CHECK_EQ(ds_log_recycle(&l), EINVAL); /* released: no mapping */
+    close(fd);
+    unlink(path);
+}
+
+static void test_recycle_refused(void)
+{
+    /* A segment with bytes the mapping does not hold, or whose mapping was
+     * cut short, is not recycled: nothing of it changes. */
+    char path[512];
+    uint64_t end;
+    ds_log l;
+    int fd = temp_file(path, sizeof path, "ds_log");
+    ds_log_init(&l, fd, 8192, 4096);
+    end = 0;
+    for (int i = 0; i < 8; i++) {
+        CHECK_EQ(put(&l, &end, 1000, 'm'), 0);
+    }
+    CHECK_EQ(put(&l, &end, 1000, 'p'), 0); /* past the mapping: pwritten */
+    CHECK_EQ(ds_log_recycle(&l), EINVAL);
+    CHECK(!zeros(fd, 0, 1) && !zeros(fd, 8000, 8001));
+    CHECK_EQ(l.high, end);
+    ds_log_release(&l);
+    close(fd);
+    unlink(path);
+
+    fd = temp_file(path, sizeof path, "ds_log");
+    ds_log_init(&l, fd, 1 << 20, 64 << 10);
+    end = 0;
+    CHECK_EQ(put(&l, &end, 500, 'a'), 0);
+    CHECK_EQ(ds_log_cut(&l, 500), 0);
+    CHECK_EQ(ds_log_recycle(&l), EINVAL);
+    CHECK(!zeros(fd, 0, 1));
+    ds_log_release(&l);
+    close(fd);
+    unlink(path);
+
+    fd = temp_file(path, sizeof path, "ds_log");
+    ds_log_init(&l, fd, 0, 4096);
+    end = 0;
+    CHECK_EQ(put(&l, &end, 200, 'u'), 0);
+    CHECK_EQ(ds_log_recycle(&l), EINVAL);
+    ds_log_release(&l);
+    close(fd);
+    unlink(path);
+}
+
 int main(void)
 {
+    test_recycle();
+    test_recycle_refused();
     test_prefault();
     test_mapped_writes();
     test_past_the_mapping();
