@@ -54,6 +54,8 @@ only writer therefore opens a *window* on it:
 
 Segments: ``<store>/wlog/pNNN.<boot>.<pid>.<tag>.<seq>``; records as in
 dedupstore/journal.py, with the record's sequence number in the txn id field.
+A flush-mode window writes two in turn: the one rotated out is zeroed and
+written again after the next (:meth:`Window.drop_retired`).
 
 In ``sync`` mode a window works the same way, but each call's record goes to
 the store's journal (dedupstore/journal.py) as a write-behind record, and the
@@ -115,8 +117,13 @@ MAX_PENDING = 20_000
 #: interval reached MAX_PENDING first; at 18,000 events/s it gains about
 #: 4,500, so the default 500 ms interval applies it first).
 APPLY_EARLY_KEYS = MAX_PENDING // 4
-#: A segment is replaced by a fresh one at the first apply after it has grown past this.
-SEGMENT_BYTES = 16 << 20
+#: A segment is replaced by the next one at the first apply after it has
+#: grown past this. The two a window writes in turn are recycled
+#: (:meth:`Window.drop_retired`), so a smaller one costs no more: a
+#: rotation is a segment's zeroing and a ``W`` in an apply's transaction;
+#: at the reference rate (about 1.1 MB/s a partition) one every few
+#: seconds, and a segment's first pages are the only fresh ones it takes.
+SEGMENT_BYTES = 4 << 20
 #: A flush-mode segment's records are copied into a shared mapping of its
 #: first bytes (no system call per call; csrc/ds_log.h), past it pwritten:
 #: room for a segment grown past SEGMENT_BYTES before its next apply.
@@ -438,9 +445,13 @@ class Window(_native.WindowCore):
         self.applied_keys = 0
         self.logged_bytes = 0
         self._mapped_records = 0  # of segments dropped or retired
-        #: Segments rotated out, W no longer naming them, to be deleted by
-        #: the flusher's next tick (:meth:`_retire`).
+        #: Segments rotated out, W no longer naming them, for the flusher's
+        #: next tick to recycle or delete (:meth:`_retire`).
         self._retired: list[tuple[Path, _native.LogFile | None]] = []
+        #: A retired segment zeroed for the next rotation (:meth:`drop_retired`):
+        #: (name, segment). A list, whose pop and append are atomic.
+        self._spares: list[tuple[str, _native.LogFile]] = []
+        self.recycled = 0  # segments zeroed for reuse
         self.apply_seconds = 0.0
         #: Of apply_seconds, the time in LMDB's commit (its page writes):
         #: the rest is the transaction's puts and deletes.
@@ -468,7 +479,8 @@ class Window(_native.WindowCore):
         window (:meth:`beside`), the bytes logged, and how many records went
         into a segment's mapping (the others were pwritten: sync mode's
         journal records, and records past the mapping or the disk space it
-        could reserve)."""
+        could reserve), and how many segments were zeroed for reuse rather
+        than deleted (:meth:`drop_retired`)."""
         mapped = self._mapped_records + (self._log.mapped_writes if self._log is not None else 0)
         return {
             "open": self.active, "opened": self.opened, "applies": self.applies,
@@ -477,6 +489,7 @@ class Window(_native.WindowCore):
             "helped_applies": self.helped_applies, "call_slices": self.call_slices,
             "call_slice_seconds": round(self.call_slice_seconds, 6),
             "beside_commits": self.beside_commits, "logged_bytes": self.logged_bytes, "mapped_records": mapped,
+            "recycled_segments": self.recycled,
         }
 
     # run() and apply_if_due(), every call's path, are WindowCore's
@@ -541,10 +554,11 @@ class Window(_native.WindowCore):
     def forget(self) -> None:
         """In a forked child: drop the inherited segment descriptors (so that
         the parent's death frees their locks), touching nothing else."""
-        for _, seg in self._retired:
+        for _, seg in (*self._retired, *self._spares):
             if seg is not None:
                 seg.close()
         self._retired.clear()
+        self._spares.clear()
         for seg in (self._log, self._mirror):
             if seg is not None:
                 seg.close()
@@ -910,8 +924,11 @@ class Window(_native.WindowCore):
     def _new_segment(self) -> tuple[str, _native.LogFile]:
         """A fresh segment, locked before it gets its name (so that no
         collector takes it for a dead process's). A flush-mode one is
-        written through a mapping of its first :data:`MAP_BYTES`; a
-        sync-mode one holds no records."""
+        written through a mapping of its first :data:`MAP_BYTES`, and is a
+        retired one zeroed for reuse when there is one (:meth:`drop_retired`);
+        a sync-mode one holds no records."""
+        with contextlib.suppress(IndexError):
+            return self._spares.pop()
         self._dir.mkdir(exist_ok=True)
         self._seq += 1
         name = f"{self._stem}.{self._seq}"
@@ -938,14 +955,31 @@ class Window(_native.WindowCore):
         self._retired.append((self._dir / name, seg))
 
     def drop_retired(self) -> None:
-        """Delete the segments rotated out since the last call (the
-        flusher's tick, and closing)."""
+        """Deal with the segments rotated out since the last call (the
+        flusher's tick, and closing). While the window is open, one is
+        zeroed and kept for the next rotation (:meth:`LogFile.recycle`:
+        its pages stay in the page cache and in the mapping, its file space
+        reserved, so the calls' records go into them with no page allocated
+        or faulted in, and nothing is freed); the others are deleted, and
+        every one once the window is closed. A spare segment is locked and
+        no ``W`` names it: at a crash, the next open deletes it."""
         while True:
             try:
                 path, seg = self._retired.pop()  # atomic: close() may race the flusher here
             except IndexError:
-                return
-            _discard(path, seg)
+                break
+            if seg is not None and self.active and not self._spares and seg.recycle():
+                self._spares.append((path.name, seg))
+                self.recycled += 1
+            else:
+                _discard(path, seg)
+        if not self.active:  # after the appends: a close() meanwhile leaves no spare behind
+            while True:
+                try:
+                    name, seg = self._spares.pop()
+                except IndexError:
+                    return
+                _discard(self._dir / name, seg)
 
 
 def _discard(path: Path, seg: _native.LogFile | None) -> None:

@@ -43,9 +43,10 @@ CHILD = Path(__file__).with_name("_window_child.py")
 
 class Child:
     def __init__(
-        self, path: Path, apply_interval: float = 1.0, durability: str = "flush", map_bytes: int | None = None
+        self, path: Path, apply_interval: float = 1.0, durability: str = "flush", map_bytes: int | None = None,
+        partitions: int | None = None,
     ) -> None:
-        extra = [] if map_bytes is None else [str(map_bytes)]
+        extra = ["-" if map_bytes is None else str(map_bytes)] + ([] if partitions is None else [str(partitions)])
         self.proc = subprocess.Popen(
             [sys.executable, str(CHILD), str(path), str(apply_interval), durability, *extra],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -876,8 +877,16 @@ def test_apply_interval_edges_pass(tmp_path: Path) -> None:
         DedupStore.open(tmp_path / str(i), durability="flush", apply_interval=ok).close()
 
 
-def test_segments_rotate_and_the_old_ones_go(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("mapped", [True, False], ids=["recycled", "pwritten"])
+def test_segments_rotate_and_the_old_ones_are_recycled_or_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mapped: bool
+) -> None:
+    # A segment rotated out is zeroed and written again after the next one
+    # (two files in turn); one whose records were pwritten (no mapping) is
+    # deleted instead.
     monkeypatch.setattr(window, "SEGMENT_BYTES", 4096)
+    if not mapped:
+        monkeypatch.setattr(window, "MAP_BYTES", 0)
     path = tmp_path / "s"
     with DedupStore.open(path, durability="flush", partitions=1, apply_interval=1.0) as s:
         s.ensure_namespace("n")
@@ -893,12 +902,19 @@ def test_segments_rotate_and_the_old_ones_go(tmp_path: Path, monkeypatch: pytest
                 s.flush()  # applies: past 4 KiB the segment is replaced
                 names.update(_segments(path))
                 # The old one waits for the flusher's next tick (the call
-                # that rotated did not pay for its deletion); after it, only
-                # the segment W names is left.
+                # that rotated did not pay for it); after it, the segment W
+                # names is left, and a zeroed spare if recycled.
                 assert len(_segments(path)) <= 2
                 win.tick()
-                assert len(_segments(path)) == 1
-        assert len(names) >= 4
+                segments = _segments(path)
+                named = win.name
+                assert named in segments and len(segments) == (2 if mapped else 1)
+                for spare in set(segments) - {named}:
+                    data = (path / window.WLOG_DIR / spare).read_bytes()
+                    assert len(data) >= 4096 and data.count(0) == len(data)
+        assert win.stats()["recycled_segments"] == (8 if mapped else 0)
+        assert len(names) == (2 if mapped else 9)  # eight rotations
+    assert _segments(path) == []  # closing deleted the spare too
     with DedupStore.open(path, durability="flush") as s:
         assert all(s.claim("n", f"k{i}").status is Status.IN_PROGRESS for i in range(400))
 
@@ -1105,6 +1121,34 @@ def test_a_killed_owner_loses_nothing_it_returned(tmp_path: Path, map_bytes: int
         _expect(s, "b", 50)
         assert s.claim("n", "a1").status is Status.IN_PROGRESS  # not NEW a second time
         assert s.claim("n", "a0", {"v": 1}).status is Status.DUPLICATE
+    assert _raw_w(path) is None and _segments(path) == []
+    assert verify_store(path).ok
+
+
+def test_a_killed_owner_of_recycled_segments_loses_nothing_and_replays_no_stale_record(tmp_path: Path) -> None:
+    # The window's two segments are written in turn, each zeroed before it
+    # is written again; the last lap writes fewer records, of the same sizes
+    # in the same order (one partition: claim, complete, claim, claim, ...),
+    # than the one before it in the same segment. Had that segment kept its
+    # old records, they would follow the new ones intact, and the replay
+    # would go on into them.
+    path = tmp_path / "s"
+    child = Child(path, partitions=1)
+    try:
+        figures = child.ask("laps a 20 4")
+        assert figures[0]["recycled_segments"] == 4
+        child.ask("claim b0- 10")
+    finally:
+        child.kill()
+    owner = window.Owner.unpack(_raw_w(path) or b"")
+    data = (path / window.WLOG_DIR / owner.name).read_bytes()
+    assert owner.offset == 0 and len(data) > 4096  # written over its first lap's records
+    assert len(list(decode(data))) == 10 + 5  # the claims of b0-*, the completions of the even ones
+    with DedupStore.open(path, durability="flush") as s:
+        for lap in range(4):
+            _expect(s, f"a{lap}-", 20)
+        _expect(s, "b0-", 10)
+        assert s.lookup("n", "b0-10") is None
     assert _raw_w(path) is None and _segments(path) == []
     assert verify_store(path).ok
 
