@@ -1076,14 +1076,18 @@ cdef class Space:
     cdef public unsigned long long live_rolls
     cdef Py_ssize_t _live_blooms    # len(blooms) when live_older was last pruned
     # The generation state as _read_state last read it through the overlay
-    # _gs_of, at its meta_version _gs_ver: good while that has not moved.
-    cdef object _gs_of
+    # whose serial is _gs_of, at its meta_version _gs_ver: good while that
+    # has not moved. A serial, not the overlay: a reference kept here made
+    # the call that next replaced it free an applied overlay's thousands of
+    # entries (a fraction of a millisecond), where the thread that applied
+    # it frees them now.
+    cdef uint64_t _gs_of
     cdef uint64_t _gs_ver
     cdef gen_state _gs
     # The same for the stored eviction frontier (_frontier): read through
-    # _fr_of at its meta_version _fr_ver, NO_FRONTIER for none stored (no
-    # initial_frontier is below it).
-    cdef object _fr_of
+    # the overlay of serial _fr_of at its meta_version _fr_ver, NO_FRONTIER
+    # for none stored (no initial_frontier is below it).
+    cdef uint64_t _fr_of
     cdef uint64_t _fr_ver
     cdef int64_t _fr
     # ``blooms`` as a list indexed by generation - _bl_base (None where a
@@ -1438,7 +1442,7 @@ cdef class Space:
         # the overlay's meta database (Overlay.meta_version): read through
         # the same overlay at the same version, the last answer is kept.
         cdef bint windowed = type(get) is Overlay
-        if windowed and get is self._gs_of and (<Overlay>get).meta_version == self._gs_ver:
+        if windowed and (<Overlay>get).serial == self._gs_of and (<Overlay>get).meta_version == self._gs_ver:
             gs[0] = self._gs
             return 0
         cdef object raw = _get(get, self.gens_key, self.meta)
@@ -1455,7 +1459,7 @@ cdef class Space:
             gs.newest = (<uint32_t>p[4] << 24) | (<uint32_t>p[5] << 16) | (<uint32_t>p[6] << 8) | p[7]
             gs.flags = p[8]
         if windowed:
-            self._gs_of = get
+            self._gs_of = (<Overlay>get).serial
             self._gs_ver = (<Overlay>get).meta_version
             self._gs = gs[0]
         return 0
@@ -1561,13 +1565,13 @@ cdef class Space:
         cdef bint windowed = type(get) is Overlay
         cdef object raw
         cdef int64_t stored
-        if windowed and get is self._fr_of and (<Overlay>get).meta_version == self._fr_ver:
+        if windowed and (<Overlay>get).serial == self._fr_of and (<Overlay>get).meta_version == self._fr_ver:
             stored = self._fr
         else:
             raw = _get(get, self.frontier_key, self.meta)
             stored = NO_FRONTIER if raw is None else int.from_bytes(raw, "little", signed=True)
             if windowed:
-                self._fr_of = get
+                self._fr_of = (<Overlay>get).serial
                 self._fr_ver = (<Overlay>get).meta_version
                 self._fr = stored
         return stored if stored > self.initial_frontier else self.initial_frontier
@@ -2248,6 +2252,9 @@ cdef struct _undo_op:
     bint was
 
 
+cdef uint64_t _overlay_serials = 0  # the last Overlay.serial given
+
+
 cdef class Overlay:
     """Flush-mode write-behind: a stand-in for one partition's write
     transaction that holds this process's writes not yet applied to LMDB.
@@ -2296,6 +2303,14 @@ cdef class Overlay:
     #: Moves whenever what the overlay answers for the meta database may
     #: have: a meta write, an undo, a new snapshot, writes folded in.
     cdef public uint64_t meta_version
+    #: This overlay's number, never 0 and never another's: what a Space's
+    #: caches keep to know it again (Space._read_state), without a reference.
+    cdef readonly uint64_t serial
+
+    def __cinit__(self, *args, **kwargs):
+        global _overlay_serials
+        _overlay_serials += 1
+        self.serial = _overlay_serials
 
     def __init__(self, records, pending, meta, snapshot):
         self._records = records

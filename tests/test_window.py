@@ -6,6 +6,7 @@ by every other process, and never let a key be NEW twice."""
 from __future__ import annotations
 
 import errno
+import gc
 import json
 import os
 import signal
@@ -917,6 +918,26 @@ def test_segments_rotate_and_the_old_ones_are_recycled_or_go(
     assert _segments(path) == []  # closing deleted the spare too
     with DedupStore.open(path, durability="flush") as s:
         assert all(s.claim("n", f"k{i}").status is Status.IN_PROGRESS for i in range(400))
+
+
+def test_an_applied_overlay_is_not_kept_alive_by_a_spaces_caches(tmp_path: Path) -> None:
+    # A Space remembers which overlay it read its generation state and
+    # frontier through by the overlay's serial, not by a reference: else the
+    # call that next replaced the reference freed an applied overlay's
+    # entries, where the thread that applied it does.
+    with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
+        s.ensure_namespace("n")
+        win = s._parts[0].window
+        assert win is not None
+        win._apply_at = float("inf")
+        assert all(s.claim("n", f"k{i}").status is Status.NEW for i in range(100))
+        frozen = win.overlay
+        win.apply()
+        assert win.overlay is not frozen and win.overlay.serial > frozen.serial > 0
+        assert not [r for r in gc.get_referrers(frozen) if isinstance(r, _native.Space)]
+        # The caches go on answering through the overlay that took over.
+        assert all(s.claim("n", f"k{i}").status is Status.IN_PROGRESS for i in range(100))
+        assert s.claim("n", "k100").status is Status.NEW
 
 
 def _fail_log_writes(win: Any) -> None:
