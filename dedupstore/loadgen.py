@@ -246,6 +246,8 @@ class LoadReport:
     helped_applies: int = 0
     call_slices: int = 0
     call_slice_seconds: float = 0.0
+    #: Flush-mode log segments zeroed for reuse at a rotation (not deleted).
+    recycled_segments: int = 0
     #: Claim latency of each event in stream order, from its scheduled time (us);
     #: for an unclaimed event, the time it had waited when the run stopped (a
     #: lower bound, so a run cut short never looks faster than it was).
@@ -358,6 +360,7 @@ class LoadReport:
                     round(self.call_slice_seconds / self.call_slices * 1e6, 1) if self.call_slices else 0.0
                 ),
                 "in_calls_share": round(self.call_slice_seconds / self.wall_seconds, 4) if self.wall_seconds else 0.0,
+                "recycled_segments": self.recycled_segments,
             },
         }
 
@@ -572,6 +575,7 @@ def _retention(stats: dict[str, Any]) -> dict[str, Any]:
 #: The write-behind figures the report sums over partitions.
 _APPLY_FIGURES = (
     "applies", "apply_seconds", "apply_commit_seconds", "helped_applies", "call_slices", "call_slice_seconds",
+    "recycled_segments",
 )
 
 
@@ -859,6 +863,7 @@ def _drive(
     report.call_slices, report.call_slice_seconds = int(delta["call_slices"]), delta["call_slice_seconds"]
     report.apply_seconds = delta["apply_seconds"]
     report.apply_commit_seconds = delta["apply_commit_seconds"]
+    report.recycled_segments = int(delta["recycled_segments"])
     ret = _retention(stats1)
     report.evicted = ret["evicted"]
     report.eviction_lag_end = ret["eviction_lag_seconds"]

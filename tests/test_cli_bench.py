@@ -51,6 +51,8 @@ def test_bench_json_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path, d
     assert ap["slices_in_calls"] >= ap["helped"]  # a helped apply had at least one slice made by a call
     assert 0 < ap["commit_mean_us"] <= ap["mean_us"]  # the commit is part of the transaction's time
     assert 0 <= ap["in_calls_share"] <= doc["store_call_share"]
+    # A second of 2,000 events/s fills no 4 MiB log segment: none rotated, none recycled.
+    assert ap["recycled_segments"] == 0
     if durability == "sync":
         assert ap["helped"] == ap["slices_in_calls"] == 0 and ap["slice_mean_us"] == 0
     # Where the latency comes from: each round's length, and how late it began.

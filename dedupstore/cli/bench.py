@@ -209,8 +209,11 @@ def _summary(config: LoadConfig, report: LoadReport, doc: dict[str, Any]) -> lis
             f"{format_number(ap['slices_in_calls'])} slices of {ap['slice_mean_us']:,.0f} us, "
             f"{ap['in_calls_share'] * 100:.1f}% of the time" if ap["slices_in_calls"] else ""
         )
+        recycled = (
+            f"; {format_number(ap['recycled_segments'])} log segments recycled" if ap["recycled_segments"] else ""
+        )
         rows.append(("applies", f"{format_number(ap['count'])} write-behind applies, {ap['mean_us']:,.0f} us "
-                                f"per transaction ({ap['commit_mean_us']:,.0f} us of it the commit){where}"))
+                                f"per transaction ({ap['commit_mean_us']:,.0f} us of it the commit){where}{recycled}"))
     ev = doc["eviction"]
     clock = (
         f"store clock x{format_number(config.time_scale)}: {format_duration(config.horizon)} horizon in "
