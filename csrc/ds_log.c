@@ -157,7 +157,9 @@ int ds_log_prefault(ds_log *l, uint64_t offset, uint64_t length)
 
 int ds_log_recycle(ds_log *l)
 {
-    if (l->base == NULL || l->pwritten || l->mapped != l->map_len || l->high > l->reserved) {
+    /* A refused reservation or a cut lowers ``mapped``; with neither and no
+     * pwrite, every write was a span, within the reserved space. */
+    if (l->base == NULL || l->pwritten || l->mapped != l->map_len) {
         return EINVAL;
     }
     /* Beyond ``high`` the file holds zeros already: reserved space, or
