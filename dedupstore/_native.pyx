@@ -973,6 +973,44 @@ cdef class LiveFilter:
         return n
 
 
+cdef enum:
+    # The live filters whose "maybe" a claim keeps apart (_live_hits): one
+    # more is folded into the last range (a superset, so no record is
+    # missed). A Space keeps at most LIVE_KEEP_MAX + 1 of them.
+    LIVE_HITS_MAX = 16
+
+
+cdef struct _live_hits:
+    # The generation ranges lo..hi of the live filters that may hold a key
+    # (n of them; none: the key is in no live filter).
+    int n
+    uint32_t lo[LIVE_HITS_MAX]
+    uint32_t hi[LIVE_HITS_MAX]
+
+
+cdef inline void _hits_add(_live_hits *hits, uint32_t lo, uint32_t hi) noexcept:
+    cdef int i = hits.n
+    if i == LIVE_HITS_MAX:
+        i -= 1
+        if hits.lo[i] < lo:
+            lo = hits.lo[i]
+        if hits.hi[i] > hi:
+            hi = hits.hi[i]
+    else:
+        hits.n += 1
+    hits.lo[i] = lo
+    hits.hi[i] = hi
+
+
+cdef inline bint _hits_cover(const _live_hits *hits, uint32_t g) noexcept:
+    # Whether a live filter that may hold the key answers for generation g.
+    cdef int i
+    for i in range(hits.n):
+        if hits.lo[i] <= g <= hits.hi[i]:
+            return True
+    return False
+
+
 cdef list _overlay_chain(Overlay ov):
     # ``ov`` and the overlays it reads through (one being applied under it),
     # newest first; the last one's snapshot is LMDB's (_chain_base).
@@ -1144,7 +1182,7 @@ cdef class Space:
         return <uint32_t>(now // self.gen_len)
 
     cdef object _find(self, object get, object kb, bytes ukey, uint32_t top, uint32_t *found, bint pending=True,
-                      bint live_absent=False, uint64_t h=0, bint hashed=False):
+                      const _live_hits *live=NULL, uint64_t h=0, bint hashed=False):
         """Probe generations from ``top`` down (completed records, under
         ``kb``), then, with ``pending``, the pending database (unresolved
         ones, under ``ukey``);
@@ -1160,8 +1198,11 @@ cdef class Space:
         in the next (a record in an older generation, not yet applied, would
         look absent).
 
-        ``live_absent``: the live filter rules the key out of every
-        generation from ``live_from`` on, which are then not probed.
+        ``live``: which live filters may hold the key (_live_hits): a
+        generation from ``live_from`` on that none of them answers for is
+        not probed (each record's key went into the filter answering for its
+        generation when it was written, or into the seed), so a key none of
+        them may hold is probed in none of those generations.
         ``hashed``: ``h`` is the key's hash (_key_hash) already. ``kb``
         None (only with ``hashed``): made from ``ukey`` at the first probe,
         if any (a new key the live filter and the sealed filters rule out is
@@ -1177,7 +1218,7 @@ cdef class Space:
         bl = self._bl
         nbl = len(bl)
         while True:
-            if live_absent and g >= self.live_from:
+            if live != NULL and g >= self.live_from and not _hits_cover(live, g):
                 self.live_skips += 1
                 if g <= self.oldest:
                     break
@@ -1298,15 +1339,18 @@ cdef class Space:
             if bf is not None:
                 ds_bloom_prefetch(&(<BloomFilter>bf).b, h)
 
-    cdef bint _live_maybe(self, uint64_t h):
-        # Whether the key of hash ``h`` may be one the live filters hold.
+    cdef void _live_hits(self, uint64_t h, _live_hits *hits):
+        # The generation ranges of the live filters that may hold the key of
+        # hash ``h`` (hits.n 0: none may). A "maybe" of a filter kept for
+        # past generations sends the probe to those generations only, not to
+        # every one the live filters answer for.
         cdef LiveFilter lf
+        hits.n = 0
         if self.live.maybe(h):
-            return True
+            _hits_add(hits, self.live.lo, self.live.hi)
         for lf in self.live_older:
             if lf.maybe(h):
-                return True
-        return False
+                _hits_add(hits, lf.lo, lf.hi)
 
     cdef _roll(self, Overlay ov, uint32_t top):
         # A newer generation, the same epoch: the newest filter is kept for
@@ -1715,12 +1759,16 @@ cdef class Space:
         cdef LiveFilter live = self._live_for(txn, top) if write else None
         cdef uint64_t h = self._key_hash(key)
         self._prefetch(h, top)
-        cdef bint absent = live is not None and not self._live_maybe(h)
+        cdef _live_hits hits
+        if live is not None:
+            self._live_hits(h, &hits)
+        cdef bint absent = live is not None and hits.n == 0
         # Writing, the pending database is not probed first: a key found in
         # no generation is put there with NOOVERWRITE as if absent (most
         # claims that reach a write are NEW), and only when that finds a
         # record is it read and decided upon. One LMDB call instead of two.
-        cdef object raw = self._find(get, None, ukey, top, &found, not write, absent, h, True)
+        cdef object raw = self._find(get, None, ukey, top, &found, not write,
+                                   &hits if live is not None else NULL, h, True)
         cdef bytes stored
         cdef bint put, unread
 
