@@ -330,7 +330,9 @@ cdef object _batch_result(list results, object namespace, list kbs, int64_t now,
     make.results, make.kbs, make.namespace, make.now = results, kbs, namespace, now
     # tp_new of the bound subclass without a method call (BatchCore.__new__
     # of a class not known here would be one).
-    cdef BatchCore out = <BatchCore>(<PyTypeObject *>_batch_cls).tp_new(_batch_cls, <PyObject *>_EMPTY, NULL)
+    # (bind_store checked that _batch_cls is a BatchCore subclass: cast to
+    # type unchecked, or its metaclass's MRO would be walked at each call.)
+    cdef BatchCore out = <BatchCore>(<PyTypeObject *>_batch_cls).tp_new(<type>_batch_cls, <PyObject *>_EMPTY, NULL)
     out._results, out._statuses, out._tokens, out._retry, out._make = [None] * n, statuses, tokens, retry, make
     return out
 
@@ -345,6 +347,20 @@ cdef bint _all_applied(list results, bint rows) except -1:
         if code != DS_OP_APPLY and code != DS_OP_NOOP:
             return False
     return True
+
+
+#: The class of the namespace objects _ns_of last checked (store.py's
+#: _Namespace): one of those is cast without the checked cast's walk of its
+#: MRO (a cache miss of its own after an idle wait).
+cdef type _ns_cls = None
+
+
+cdef NamespaceCore _ns_checked(object ns):
+    # <NamespaceCore?>ns, its class remembered for _ns_of.
+    global _ns_cls
+    cdef NamespaceCore out = <NamespaceCore?>ns
+    _ns_cls = type(ns)
+    return out
 
 
 cdef class NamespaceCore:
@@ -380,7 +396,9 @@ cdef class StoreCore:
         cdef object ns = self._ns.get(name)
         if ns is None or self._dead is not None:
             ns = self._live_namespace(name)
-        return <NamespaceCore?>ns
+        if type(ns) is _ns_cls:
+            return <NamespaceCore>ns
+        return _ns_checked(ns)
 
     cdef inline int64_t _now(self) except? -1:
         # As DedupStore._now_us: int(clock() * 1e6); time.time's own clock
@@ -407,7 +425,7 @@ cdef class StoreCore:
         cdef object window = self._windows[p] if self._windows is not None else self._parts[p].window
         cdef object res = _CLOSED
         if window is not None:
-            res = _one_in(<WindowCore?>window, kind, <Space?>ns.spaces[p], kb, a, b, now, lease, event_time,
+            res = _one_in(_as_window(window), kind, <Space?>ns.spaces[p], kb, a, b, now, lease, event_time,
                           claimant, event_id)
         if res is _CLOSED:
             res = self._unwindowed(kind, self._parts[p], ns.spaces[p], kb, a, b, now, lease, event_time,

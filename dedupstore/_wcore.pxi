@@ -25,13 +25,28 @@ cdef inline Py_ssize_t _max_pending() except? -1:
 
 #: window.CLOSED, which never changes.
 cdef object _CLOSED = None
+#: window.Window: a window is cast to WindowCore without the checked cast's
+#: walk of its class's MRO (a cache miss of its own after an idle wait)
+#: when it is one of these (_as_window).
+cdef type _window_cls = None
 
 
 def bind_window(dict module_globals) -> None:
     """Called once by dedupstore/window.py with its globals()."""
-    global _wglobals, _CLOSED
+    global _wglobals, _CLOSED, _window_cls
+    cls = module_globals["Window"]
+    if not issubclass(cls, WindowCore):
+        raise TypeError("bind_window() needs window.Window, a WindowCore subclass")
     _wglobals = module_globals
     _CLOSED = module_globals["CLOSED"]
+    _window_cls = cls
+
+
+cdef inline WindowCore _as_window(object w):
+    # <WindowCore?>w, the check a type comparison for a window.Window.
+    if type(w) is _window_cls:
+        return <WindowCore>w
+    return <WindowCore?>w
 
 
 cdef class WindowLock:
@@ -259,7 +274,7 @@ cdef tuple _write_windows(list windows, list spaces, Parts *parts, int kind, lis
         if w is None:
             left.append(p)
             continue
-        wc = <WindowCore?>w
+        wc = _as_window(w)
         space = <Space?>spaces[p]
         try:
             ov = wc._enter()
