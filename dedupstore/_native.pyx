@@ -2415,6 +2415,11 @@ cdef class Overlay:
     # reference to its key and to the old value. No tuple per write.
     cdef _undo_op *_ub
     cdef Py_ssize_t _un, _ucap
+    # Writes (puts and deletes) since the last reset, and the entries of
+    # overlays folded in (absorb): never fewer than the maps hold
+    # (_count), so that a call need not read their sizes until it is
+    # FULL_CHECK_WRITES (WindowCore._leave).
+    cdef Py_ssize_t _nwrites
     #: Which opening of a write-behind window this overlay serves (0: none);
     #: a Space's live filter is good for one (see Space._live_for).
     cdef public uint64_t epoch
@@ -2568,6 +2573,7 @@ cdef class Overlay:
             self.meta_version += 1
         # The undo's room first, so that a failure below changes nothing.
         self._undo_room()
+        self._nwrites += 1
         if was:
             # A fresh key: deleted, it leaves both maps (a completion's
             # delete of its pending record); put, it stays fresh.
@@ -2766,6 +2772,7 @@ cdef class Overlay:
         if newer._un or newer._olen or self._un or self._olen:
             raise ValueError("an overlay with a call under way cannot be folded")
         self.meta_version += 1
+        self._nwrites += newer._count()
         for code in range(1, 4):
             m = self._map(code)
             f = self._fresh_of(code)
@@ -2797,6 +2804,7 @@ cdef class Overlay:
         self._fmetas = {}
         self._seen = {}
         self.meta_version += 1
+        self._nwrites = 0
         self._drop_undo()
         self._olen = 0
         if self._ocap > OPS_KEEP_BYTES:

@@ -15,6 +15,17 @@ from posix.time cimport clock_gettime, timespec, CLOCK_REALTIME
 cdef dict _wglobals = None
 
 
+cdef enum:
+    # A call's overlay is checked against window.MAX_PENDING only once it
+    # has taken this many writes (Overlay._nwrites, never fewer than the
+    # keys it holds): until then the call reads neither the module's
+    # globals nor the sizes of the overlay's six maps, each a cache miss
+    # after the consumer's idle wait (1.6% of the calls' samples in the
+    # main job). A MAX_PENDING below it takes effect at this many writes.
+    C_FULL_CHECK_WRITES = 1024
+FULL_CHECK_WRITES = C_FULL_CHECK_WRITES
+
+
 cdef inline Py_ssize_t _max_pending() except? -1:
     # window.MAX_PENDING: a borrowed lookup, cheaper than Cython's for d[k].
     cdef PyObject *v = PyDict_GetItem(_wglobals, "MAX_PENDING")
@@ -200,7 +211,8 @@ cdef class WindowCore:
                 # A full overlay is applied at once, unless an apply is
                 # running already (it holds ``applying``; waiting for it here
                 # would invert the lock order): then the next one takes it.
-                if ov._count() >= _max_pending() and self.applying.acquire(False):
+                if (ov._nwrites >= C_FULL_CHECK_WRITES and ov._count() >= _max_pending()
+                        and self.applying.acquire(False)):
                     try:
                         self._apply()
                     finally:

@@ -107,7 +107,8 @@ W_MAGIC = b"DSW1"
 #: A sync-mode window's ``W``: its calls are journaled (see above).
 W_MAGIC_SYNC = b"DSW2"
 _W = struct.Struct("<4s16sQ")  # magic, boot id, applied offset; then the segment's name
-#: Keys an overlay may hold before the call that reaches it applies them.
+#: Keys an overlay may hold before the call that reaches it applies them
+#: (checked once the overlay has taken _native.FULL_CHECK_WRITES writes).
 MAX_PENDING = 20_000
 #: Keys at which the flusher's tick applies an overlay before its
 #: apply_interval is up, so that at high rates the flusher applies it, not

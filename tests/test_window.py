@@ -831,6 +831,32 @@ def test_a_tick_applies_a_window_that_holds_many_keys_before_it_is_due(
         assert win.active and win._apply_at > time.monotonic() + 0.5  # the interval starts again
 
 
+@pytest.mark.parametrize("max_pending", [1500, 100])
+def test_the_call_that_fills_an_overlay_applies_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_pending: int
+) -> None:
+    # With the flusher's ticks (the interval's applies, and the early one
+    # at APPLY_EARLY_KEYS) out of the way, the call whose writes bring the
+    # overlay to MAX_PENDING keys applies it. The check waits for
+    # FULL_CHECK_WRITES writes, so a MAX_PENDING below that (100) takes
+    # effect there.
+    monkeypatch.setattr(window, "MAX_PENDING", max_pending)
+    monkeypatch.setattr(window.Window, "tick", lambda self: None)
+    full = max(max_pending, _native.FULL_CHECK_WRITES)
+    with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, eviction_rate=0) as s:
+        s.ensure_namespace("n")
+        s.claim("n", "k0")  # opens the window
+        win = s._parts[0].window
+        assert win is not None and win.active
+        applies = win.stats()["applies"]
+        for i in range(1, full - 1):
+            assert s.claim("n", f"k{i}").status is Status.NEW
+        assert len(win.overlay or ()) == full - 1 and win.stats()["applies"] == applies
+        assert s.claim("n", f"k{full - 1}").status is Status.NEW  # the write that fills it
+        assert len(win.overlay or ()) == 0 and win.stats()["applies"] == applies + 1
+        assert s.claim("n", "k0").status is Status.IN_PROGRESS
+
+
 def test_a_failed_apply_keeps_every_write_for_the_next(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with DedupStore.open(tmp_path / "s", durability="flush", partitions=1, apply_interval=1.0) as s:
         s.ensure_namespace("n")
