@@ -1179,6 +1179,11 @@ cdef class Space:
     # The live filters' table (_live_table), made again whenever ``live``,
     # ``live_older`` or the number of a live filter's Bloom filters changed.
     cdef _FilterTable _lv
+    # The key (bytes object) whose probes were last started early
+    # (prefetch_early) and its _key_hash: _claim takes the hash for that
+    # object rather than computing it again.
+    cdef object _pf_key
+    cdef uint64_t _pf_h
     #: Generations below this one may be deleted by an eviction transaction
     #: running beside the write-behind window (dedupstore/window.py
     #: Window.beside) while calls go on: a claim leaves a record it finds
@@ -1404,6 +1409,16 @@ cdef class Space:
         for i in range(lo, hi):
             ds_bloom_prefetch(&t.f[i], h)  # none where nblocks is 0
         return 0
+
+    cdef int prefetch_early(self, bytes key) except -1:
+        # A flush-mode call's _prefetch for ``key`` (checked, as key_bytes
+        # gives it) before the work that comes before its claim (the
+        # intent's canonical form, the window's lock), so that the Bloom
+        # blocks arrive meanwhile instead of while the claim waits for them.
+        # Every generation's sealed filter: the claim's top is not known yet.
+        self._pf_h = self._key_hash(key)
+        self._pf_key = key
+        return self._prefetch(self._pf_h, 0xFFFFFFFF)
 
     cdef int _live_hits(self, uint64_t h, _live_hits *hits) except -1:
         # The generation ranges of the live filters that may hold the key of
@@ -1827,7 +1842,7 @@ cdef class Space:
         # out is in no generation from live_from on, nor (live_pending)
         # unresolved, and those are not read at all.
         cdef LiveFilter live = self._live_for(txn, top) if write else None
-        cdef uint64_t h = self._key_hash(key)
+        cdef uint64_t h = self._pf_h if key is self._pf_key else self._key_hash(key)
         self._prefetch(h, top)
         cdef _live_hits hits
         if live is not None:

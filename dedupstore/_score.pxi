@@ -477,8 +477,10 @@ cdef class StoreCore:
         # The claim of key ``kb`` (key_bytes' answer), its other arguments
         # checked as claim() documents them: the verdict tuple; ``now_out``
         # gets the time it ran at.
-        cdef object digest = None if intent is None else self._hasher._intent_digest(intent, ns.fields)
         cdef uint32_t p = self._route(ns, kb)
+        if self._windows is not None:
+            (<Space?>ns.spaces[p]).prefetch_early(kb)  # arriving while the intent is digested
+        cdef object digest = None if intent is None else self._hasher._intent_digest(intent, ns.fields)
         cdef int64_t now = self._now()
         cdef int64_t lease_us = ns.lease_us if lease is None else _lease_us(lease)
         cdef int64_t et = DS_NO_TIME if event_time is None else _time_us(event_time, _time_us_slow)
@@ -503,6 +505,7 @@ cdef class StoreCore:
         cdef list kbs
         cdef bytes kb
         cdef int64_t now
+        cdef Py_ssize_t i
         if n == 1 and self._windows is not None:
             # The consumer's common batch, of one key, in flush mode:
             # claim()'s path, without the batch's lists and groups.
@@ -516,6 +519,10 @@ cdef class StoreCore:
         _parts_init(&parts, n)
         try:
             kbs = self._hasher._route_keys_into(ns.prefix, keys, self._nparts, &parts)
+            if self._windows is not None:
+                # Each key's Bloom blocks arriving while the intents are digested.
+                for i in range(n):
+                    (<Space?>ns.spaces[parts.of[i]]).prefetch_early(<bytes>kbs[i])
             digests = [None] * n if intents is None else self._hasher._intent_digests(intents, ns.fields)
             ets = None if event_times is None else times_us(event_times, _time_us_slow)
             cl = None if claimant is None else _small_bytes(claimant, "claimant", _max_claimant)
