@@ -463,6 +463,8 @@ cdef int _put_ascii(ds_buf *b, str text) except -1:
 
 cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize(object text, Py_ssize_t *size) except NULL
+    # A borrowed reference, compared, never counted (Space._prefetched).
+    PyObject *_list_item "PyList_GET_ITEM" (object lst, Py_ssize_t i) noexcept
 
 
 cdef int _put_string(ds_buf *b, object text) except -1:
@@ -1012,6 +1014,12 @@ cdef class LiveFilter:
 
 
 cdef enum:
+    # Keys a Space remembers the early prefetch of (Space.prefetch_early):
+    # a call starts them early for batches of at most this many keys.
+    PREFETCH_KEYS = 4
+
+
+cdef enum:
     # The live filters whose "maybe" a claim keeps apart (_live_hits): one
     # more is folded into the last range (a superset, so no record is
     # missed). A Space keeps at most LIVE_KEEP_MAX + 1 of them.
@@ -1179,11 +1187,13 @@ cdef class Space:
     # The live filters' table (_live_table), made again whenever ``live``,
     # ``live_older`` or the number of a live filter's Bloom filters changed.
     cdef _FilterTable _lv
-    # The key (bytes object) whose probes were last started early
-    # (prefetch_early) and its _key_hash: _claim takes the hash for that
-    # object rather than computing it again.
-    cdef object _pf_key
-    cdef uint64_t _pf_h
+    # The last PREFETCH_KEYS keys (bytes objects) whose probes were started
+    # early (prefetch_early), a ring, and their _key_hash: _claim takes the
+    # hash for one of those objects rather than computing it again, and
+    # does not prefetch its blocks a second time.
+    cdef list _pf_keys
+    cdef uint64_t _pf_h[PREFETCH_KEYS]
+    cdef unsigned _pf_next
     #: Generations below this one may be deleted by an eviction transaction
     #: running beside the write-behind window (dedupstore/window.py
     #: Window.beside) while calls go on: a claim leaves a record it finds
@@ -1215,6 +1225,7 @@ cdef class Space:
         self._bl = _filter_table(0, 0)
         self._bl_size = 0
         self._lv = None
+        self._pf_keys = [None] * PREFETCH_KEYS
         self.frontier_key = b"F" + prefix
         self.gen_len = gen_len
         self.oldest = oldest
@@ -1416,9 +1427,20 @@ cdef class Space:
         # intent's canonical form, the window's lock), so that the Bloom
         # blocks arrive meanwhile instead of while the claim waits for them.
         # Every generation's sealed filter: the claim's top is not known yet.
-        self._pf_h = self._key_hash(key)
-        self._pf_key = key
-        return self._prefetch(self._pf_h, 0xFFFFFFFF)
+        cdef unsigned i = self._pf_next % PREFETCH_KEYS
+        cdef uint64_t h = self._key_hash(key)
+        self._pf_keys[i] = key
+        self._pf_h[i] = h
+        self._pf_next += 1
+        return self._prefetch(h, 0xFFFFFFFF)
+
+    cdef inline int _prefetched(self, bytes key):
+        # The ring slot of ``key`` (the object) in prefetch_early's ring; -1: none.
+        cdef int i
+        for i in range(PREFETCH_KEYS):
+            if _list_item(self._pf_keys, i) == <PyObject *>key:
+                return i
+        return -1
 
     cdef int _live_hits(self, uint64_t h, _live_hits *hits) except -1:
         # The generation ranges of the live filters that may hold the key of
@@ -1842,8 +1864,13 @@ cdef class Space:
         # out is in no generation from live_from on, nor (live_pending)
         # unresolved, and those are not read at all.
         cdef LiveFilter live = self._live_for(txn, top) if write else None
-        cdef uint64_t h = self._pf_h if key is self._pf_key else self._key_hash(key)
-        self._prefetch(h, top)
+        cdef uint64_t h
+        cdef int i = self._prefetched(key)
+        if i >= 0:
+            h = self._pf_h[i]  # and its blocks are on their way (prefetch_early)
+        else:
+            h = self._key_hash(key)
+            self._prefetch(h, top)
         cdef _live_hits hits
         if live is not None:
             self._live_hits(h, &hits)

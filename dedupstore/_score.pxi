@@ -519,8 +519,10 @@ cdef class StoreCore:
         _parts_init(&parts, n)
         try:
             kbs = self._hasher._route_keys_into(ns.prefix, keys, self._nparts, &parts)
-            if self._windows is not None:
-                # Each key's Bloom blocks arriving while the intents are digested.
+            if self._windows is not None and n <= PREFETCH_KEYS:
+                # Each key's Bloom blocks arriving while the intents are
+                # digested (a bigger batch's would be more blocks than the
+                # caches keep, and its keys' probes overlap each other).
                 for i in range(n):
                     (<Space?>ns.spaces[parts.of[i]]).prefetch_early(<bytes>kbs[i])
             digests = [None] * n if intents is None else self._hasher._intent_digests(intents, ns.fields)

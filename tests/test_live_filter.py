@@ -92,19 +92,22 @@ def test_new_keys_read_nothing_and_every_verdict_stands(tmp_path: Path, clock: l
 
 
 def test_every_key_of_a_batch_is_probed_by_its_own_hash(tmp_path: Path, clock: list[float]) -> None:
-    # claim_many starts each key's probes before it digests the intents
-    # (Space.prefetch_early), and each claim takes the hash computed then
-    # for its own key object: a hash of another key of the batch would let
-    # the live filter rule out keys it holds (applied, so only LMDB has them).
+    # claim_many of a few keys starts each key's probes before it digests
+    # the intents (Space.prefetch_early), and each claim takes the hash
+    # computed then for its own key object: a hash of another key of the
+    # batch would let the live filter rule out keys it holds (applied, so
+    # only LMDB has them). A batch past PREFETCH_KEYS hashes in the claims.
     with open_store(tmp_path / "s", clock) as store:
         for i in range(50):
             res = store.claim(NS, f"done{i}")
             store.complete(NS, res.key, res.token, b"ok")
             store.claim(NS, f"open{i}")
         store.flush()
-        keys = [k for i in range(50) for k in (f"done{i}", f"open{i}", f"new{i}")]
-        batch = store.claim_many(NS, keys)
-        assert batch.statuses == [Status.DUPLICATE, Status.IN_PROGRESS, Status.NEW] * 50
+        for i in range(40):
+            batch = store.claim_many(NS, [f"done{i}", f"open{i}", f"new{i}"])
+            assert batch.statuses == [Status.DUPLICATE, Status.IN_PROGRESS, Status.NEW]
+        keys = [k for i in range(40, 50) for k in (f"done{i}", f"open{i}", f"new{i}")]
+        assert store.claim_many(NS, keys).statuses == [Status.DUPLICATE, Status.IN_PROGRESS, Status.NEW] * 10
         assert [store.claim(NS, f"new{i}").status for i in range(50)] == [Status.IN_PROGRESS] * 50
 
 
