@@ -10,8 +10,9 @@
 from posix.time cimport clock_gettime, timespec, CLOCK_REALTIME
 
 
-#: dedupstore/window.py's globals (bind_window): MAX_PENDING
-#: is read there at each call, as the module's own code would.
+#: dedupstore/window.py's globals (bind_window): MAX_PENDING is read there
+#: at each call whose overlay has taken FULL_CHECK_WRITES writes, as the
+#: module's own code would.
 cdef dict _wglobals = None
 
 
