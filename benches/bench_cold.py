@@ -42,8 +42,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 import dedupstore
 from dedupstore import DedupStore, Status
 
@@ -70,10 +68,11 @@ def aged_store(path: Path, keys: int) -> tuple[DedupStore, list[float]]:
 
 
 def measure(keys: int, calls: int, evict_mib: int, directory: str, idle_us: float = 90.0) -> dict[str, Any]:
-    junk = np.zeros(max(1, evict_mib << 17), dtype=np.int64)  # evict_mib MiB
+    junk = bytearray(max(1, evict_mib) << 20)
+    zeros = bytes(len(range(0, len(junk), 64)))
 
     def evict() -> None:
-        junk[::8] += 1  # one write to every 64-byte line
+        junk[::64] = zeros  # one write to every 64-byte line
 
     rows: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-cold-", dir=directory) as tmp:
