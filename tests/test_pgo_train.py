@@ -31,6 +31,17 @@ def test_training_runs_every_shape_against_the_installed_package(tmp_path: Path)
         ("flush", "poll"), ("flush", "single"), ("flush", "batch"), ("sync", "poll"), ("sync", "batch"),
     ]
     assert all(int(n.replace(",", "")) > 0 for _, _, n in runs)
+    # Then the default clock's path (time.time, read by the native code),
+    # which no load-generator run takes: every event claimed, new and
+    # redelivered ones among them.
+    default = re.findall(
+        r"pgo_train: (\w+), default clock \(([\w.]+)\): ([\d,]+) events claimed, ([\d,]+) new, ([\d,]+) duplicates",
+        proc.stderr,
+    )
+    assert [(d, clock) for d, clock, *_ in default] == [("flush", "time.time"), ("sync", "time.time")], proc.stderr
+    for _, _, events, new, dups in default:
+        assert int(events.replace(",", "")) == 20_000
+        assert int(new.replace(",", "")) > 0 and int(dups.replace(",", "")) > 0
 
 
 def test_a_bad_argument_is_refused_naming_it(tmp_path: Path) -> None:
