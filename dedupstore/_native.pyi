@@ -367,11 +367,12 @@ class ClaimResult:
 
 @disjoint_base
 class BatchCore:
-    _results: list[ClaimResult | None]
+    _results: list[ClaimResult | None] | None
     _statuses: list[Status]
     _tokens: list[int | None]
-    _retry: list[float | None]
+    _retry: list[float | None] | None
     _make: Callable[[int], ClaimResult] | None
+    def _verdict(self, i: int) -> ClaimResult: ...
 
 @disjoint_base
 class NamespaceCore:
@@ -390,7 +391,8 @@ class StoreCore:
     _parts: list[Any]
     _windows: list[Any] | None
     _clock: Callable[[], float]
-    _counts: list[int]
+    @property
+    def _counts(self) -> list[int]: ...
     _nparts: int
     def claim(
         self,

@@ -2135,43 +2135,34 @@ cdef object _time_us(object t, object slow):
     return slow(t, "event_time")
 
 
-cdef inline int _tally_one(tuple res, list counts) except -1:
+cdef enum:
+    # A store's verdict counters (StoreCore._tally_c): one per native status
+    # code, then repeats with another event id and duplicates of the same
+    # event, the two kinds of repeat stats() tells apart.
+    C_NCOUNTS = DS_BEYOND_HORIZON + 3
+    C_OTHER_EVENT = DS_BEYOND_HORIZON + 1
+    C_SAME_EVENT = DS_BEYOND_HORIZON + 2
+
+
+cdef inline int _tally_one(tuple res, int64_t *counts) except -1:
     # _tally() of one verdict tuple (claim()'s).
-    cdef Py_ssize_t n = len(counts)
     cdef int code = res[0]
-    if n < 2 + DS_BEYOND_HORIZON + 1:
-        raise ValueError("tally() needs a counts list of every status code and two more")
     counts[code] += 1
     if res[4]:
-        counts[n - 2] += 1
+        counts[C_OTHER_EVENT] += 1
     elif code == DS_DUPLICATE:
-        counts[n - 1] += 1
+        counts[C_SAME_EVENT] += 1
     return 0
 
 
-cdef int _tally(object rows, list counts) except -1:
-    # Add verdict tuples ``rows`` to ``counts``: indexed by status code,
-    # then (the two kinds of repeat stats() tells apart) repeats with
-    # another event id at ``counts[-2]`` and duplicates of the same event at
-    # ``counts[-1]``. Runs with the GIL held and calls no Python code, so no
-    # other thread sees the counts half-updated.
-    cdef long other = 0, same = 0
-    cdef tuple res
-    cdef int code
-    cdef Py_ssize_t n = len(counts)
-    if n < 2 + DS_BEYOND_HORIZON + 1:
-        raise ValueError("tally() needs a counts list of every status code and two more")
+cdef int _tally(list rows, int64_t *counts) except -1:
+    # Add verdict tuples ``rows`` to ``counts`` (C_NCOUNTS of them). C
+    # counters, not a list of ints: an increment of a Python int past 256
+    # allocates a new one. Runs with the GIL held and calls no Python code,
+    # so no other thread sees the counts half-updated.
+    cdef object res
     for res in rows:
-        code = res[0]
-        counts[code] += 1
-        if res[4]:
-            other += 1
-        elif code == DS_DUPLICATE:
-            same += 1
-    if other:
-        counts[n - 2] += other
-    if same:
-        counts[n - 1] += same
+        _tally_one(<tuple>res, counts)
     return 0
 
 

@@ -41,8 +41,9 @@ def bind_store(batch_cls, tuple status_by_code, tuple leased_codes, small_bytes,
     global _max_claimant, _max_event_id, _max_batch
     if not issubclass(batch_cls, BatchCore):
         raise TypeError("bind_store() needs a BatchCore subclass")
-    if len(status_by_code) != len(leased_codes) or len(leased_codes) > 8:
-        raise ValueError("bind_store() needs one lease flag per status code (at most 8)")
+    if len(status_by_code) != len(leased_codes) or len(leased_codes) != DS_BEYOND_HORIZON + 1:
+        raise ValueError(f"bind_store() needs a status and a lease flag for each of the {DS_BEYOND_HORIZON + 1} "
+                         f"native status codes")
     for i, flag in enumerate(leased_codes):
         _leased[i] = flag
     _batch_cls, _status_by_code = batch_cls, status_by_code
@@ -294,28 +295,33 @@ cdef class BatchCore:
     """A batch's verdicts' fields (dedupstore/verdicts.py's BatchResult
     documents them and adds the sequence methods)."""
 
+    # ``_results`` caches each key's ClaimResult once made; ``_make(i)``
+    # makes one. A batch claim_many made in C has neither (None) until a
+    # ClaimResult is asked for: its verdict tuples, keys, namespace and time
+    # are kept here instead (_verdict), and ``_retry`` is None when no key
+    # is IN_PROGRESS; one list and one object fewer to make per call.
     cdef public list _results, _statuses, _tokens, _retry
     cdef public object _make
+    cdef list _rows, _kbs
+    cdef object _namespace
+    cdef int64_t _now
+
+    def _verdict(self, Py_ssize_t i):
+        """Key i's ClaimResult, made from its verdict tuple (a batch made
+        by claim_many; IndexError otherwise)."""
+        if self._rows is None:
+            raise IndexError("this BatchResult keeps no verdict tuples")
+        return _verdict(<tuple>self._rows[i], self._namespace, <bytes>self._kbs[i], self._now)
 
 
-cdef class _Verdicts:
-    # A batch's BatchResult._make: key i's ClaimResult, made on first use.
-    cdef list results, kbs
-    cdef object namespace
-    cdef int64_t now
-
-    def __call__(self, Py_ssize_t i):
-        return _verdict(<tuple>self.results[i], self.namespace, <bytes>self.kbs[i], self.now)
-
-
-cdef object _batch_result(list results, object namespace, list kbs, int64_t now, list counts):
+cdef object _batch_result(list results, object namespace, list kbs, int64_t now, int64_t *counts):
     # claim_many's BatchResult of its verdict tuples, tallied in ``counts``:
     # the columns made in one pass, a key's ClaimResult on first access.
     _tally(results, counts)
     cdef Py_ssize_t i, n = len(results)
     cdef list statuses = [None] * n
     cdef list tokens = [None] * n
-    cdef list retry = [None] * n
+    cdef list retry = None
     cdef tuple res
     cdef int code
     for i in range(n):
@@ -325,15 +331,16 @@ cdef object _batch_result(list results, object namespace, list kbs, int64_t now,
         if _leased[code]:
             tokens[i] = res[1]
         elif code == DS_IN_PROGRESS:
+            if retry is None:
+                retry = [None] * n
             retry[i] = res[2] / 1e6
-    cdef _Verdicts make = _Verdicts.__new__(_Verdicts)
-    make.results, make.kbs, make.namespace, make.now = results, kbs, namespace, now
     # tp_new of the bound subclass without a method call (BatchCore.__new__
     # of a class not known here would be one).
     # (bind_store checked that _batch_cls is a BatchCore subclass: cast to
     # type unchecked, or its metaclass's MRO would be walked at each call.)
     cdef BatchCore out = <BatchCore>(<PyTypeObject *>_batch_cls).tp_new(<type>_batch_cls, <PyObject *>_EMPTY, NULL)
-    out._results, out._statuses, out._tokens, out._retry, out._make = [None] * n, statuses, tokens, retry, make
+    out._statuses, out._tokens, out._retry = statuses, tokens, retry
+    out._rows, out._kbs, out._namespace, out._now = results, kbs, namespace, now
     return out
 
 
@@ -387,8 +394,19 @@ cdef class StoreCore:
     cdef public list _parts
     cdef public object _windows
     cdef public object _clock
-    cdef public list _counts
     cdef public uint32_t _nparts
+    # The verdict counters (C_NCOUNTS: one per native status code, then the
+    # two kinds of repeat), updated by the calls with the GIL held.
+    cdef int64_t _tally_c[C_NCOUNTS]
+
+    @property
+    def _counts(self):
+        """The verdict counters, a copy taken at one moment: one per native
+        status code, then repeats with another event id and duplicates of
+        the same event (stats())."""
+        cdef int64_t snap[C_NCOUNTS]
+        memcpy(snap, self._tally_c, sizeof(snap))  # no Python code runs in between
+        return [snap[i] for i in range(C_NCOUNTS)]
 
     cdef NamespaceCore _ns_of(self, object name):
         # As DedupStore._live_namespace: a closed store or a namespace not
@@ -469,7 +487,7 @@ cdef class StoreCore:
         # No lock: the native tally (here and in claim_many's) holds the GIL
         # throughout and calls no Python code, so it is atomic for every
         # other thread.
-        _tally_one(res, self._counts)
+        _tally_one(res, self._tally_c)
         return _verdict(res, namespace, kb, now)
 
     cdef tuple _claim_key(self, NamespaceCore ns, bytes kb, object intent, object event_time, object event_id,
@@ -512,7 +530,7 @@ cdef class StoreCore:
             kb = key_bytes(keys[0])
             res = self._claim_key(ns, kb, None if intents is None else intents[0],
                                   None if event_times is None else event_times[0], None, claimant, None, &now)
-            return _batch_result([res], namespace, [kb], now, self._counts)
+            return _batch_result([res], namespace, [kb], now, self._tally_c)
         cdef Parts parts
         cdef list digests, results
         cdef object ets, cl
@@ -537,7 +555,7 @@ cdef class StoreCore:
             self._write_batch(C_BATCH_CLAIM, ns, &parts, kbs, digests, None, now, ns.lease_us, ets, cl, results)
         finally:
             _parts_free(&parts)
-        return _batch_result(results, namespace, kbs, now, self._counts)
+        return _batch_result(results, namespace, kbs, now, self._tally_c)
 
     cdef object _leased_key(self, int kind, NamespaceCore ns, bytes kb, object tok, object out, int *rc,
                             int64_t *now_out):

@@ -837,9 +837,6 @@ class DedupStore(_native.StoreCore):
         #: evict() runs in one thread at a time: each step sets its partition's
         #: Space.evict_floor for the claims that run beside its transaction.
         self._evict_lock = threading.Lock()
-        #: Verdicts by native status code, then repeats with another event id
-        #: and duplicates of the same event (updated by _native.tally alone).
-        self._counts = [0] * (len(STATUS_BY_CODE) + 2)
         self._pool: ThreadPoolExecutor | None = None
         #: The nice value the store's own threads take (_lower_priority),
         #: or whether they take SCHED_IDLE (_idle_policy).
@@ -1329,7 +1326,7 @@ class DedupStore(_native.StoreCore):
     def stats(self) -> dict[str, Any]:
         """Figures for operators: verdicts, commits, storage and per-namespace state."""
         self._check()
-        counts = list(self._counts)  # one copy, taken atomically
+        counts = self._counts  # one copy, taken at one moment
         verdicts = {s.name: 0 for s in Status}
         for code, n in enumerate(counts[: len(STATUS_BY_CODE)]):
             if code:

@@ -165,10 +165,11 @@ class BatchResult(_native.BatchCore, Sequence[ClaimResult]):
         return len(self._statuses)
 
     def _item(self, i: int) -> ClaimResult:
+        if self._results is None:  # claim_many's: made on the first access
+            self._results = [None] * len(self._statuses)
         r = self._results[i]
         if r is None:
-            assert self._make is not None
-            r = self._results[i] = self._make(i)
+            r = self._results[i] = self._make(i) if self._make is not None else self._verdict(i)
         return r
 
     @overload
@@ -203,6 +204,8 @@ class BatchResult(_native.BatchCore, Sequence[ClaimResult]):
     @property
     def retry_after(self) -> list[float | None]:
         """Each key's ``retry_after`` in seconds: set for IN_PROGRESS (a copy)."""
+        if self._retry is None:  # claim_many's with no IN_PROGRESS
+            return [None] * len(self._statuses)
         return list(self._retry)
 
     def counts(self) -> dict[Status, int]:

@@ -54,12 +54,18 @@ def test_claim_many_columns_match_its_results(tmp_path, durability: str) -> None
         store.ensure_namespace("ns", lease="30s")
         store.claim_many("ns", ["a", "b"])
         batch = store.claim_many("ns", ["a", "c", "c"])
-        assert isinstance(batch, BatchResult) and batch._results == [None] * 3  # noqa: SLF001 - none made yet
+        assert isinstance(batch, BatchResult) and batch._results is None  # noqa: SLF001 - none made yet
         assert batch[1] is batch[-2] and isinstance(batch[1], ClaimResult) and batch[1].key == b"c"
         assert batch.statuses == [r.status for r in batch] == [Status.IN_PROGRESS, Status.NEW, Status.IN_PROGRESS]
         assert batch.tokens == [r.token for r in batch]
         assert batch.retry_after == [r.retry_after for r in batch]
         assert batch.retry_after[0] is not None and 0 < batch.retry_after[0] <= 30
+        # No key IN_PROGRESS: no retry column is made, and it reads as None
+        # for each key all the same.
+        fresh = store.claim_many("ns", ["d", "e"])
+        assert fresh._retry is None  # noqa: SLF001
+        assert fresh.retry_after == [None, None] == [r.retry_after for r in fresh]
+        assert [r.key for r in fresh] == [b"d", b"e"] and fresh._results == [fresh[0], fresh[1]]  # noqa: SLF001
 
 
 def test_a_claim_result_pickles_with_its_record(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -164,3 +170,19 @@ def test_statuses_key_dicts_and_sets_across_pickling() -> None:
     assert counts[Status.NEW] == 4 and sum(counts.values()) == 4
     assert {s for s in Status if s.holds_lease} == {Status.NEW, Status.UNKNOWN, Status.BEYOND_HORIZON}
     assert len({hash(s) for s in Status}) == len(Status)
+
+
+@pytest.mark.parametrize("durability", ["sync", "flush"])
+def test_claim_many_verdicts_are_counted_in_stats(tmp_path, durability: str) -> None:  # type: ignore[no-untyped-def]
+    # The batch path's counters (C, beside claim()'s) are what stats() reads.
+    with DedupStore.open(tmp_path / "s", eviction_rate=0, durability=durability) as store:
+        store.ensure_namespace("ns", lease="30s")
+        first = store.claim_many("ns", ["a", "b", "c"], [{"x": 1}] * 3)
+        store.complete("ns", "a", first.tokens[0], b"ok")
+        second = store.claim_many("ns", ["a", "b", "c", "d"], [{"x": 1}, {"x": 1}, {"x": 2}, {"x": 1}])
+        assert second.statuses == [Status.DUPLICATE, Status.IN_PROGRESS, Status.CONFLICT, Status.NEW]
+        stats = store.stats()
+        assert {k: v for k, v in stats["verdicts"].items() if v} == {
+            "NEW": 4, "DUPLICATE": 1, "IN_PROGRESS": 1, "CONFLICT": 1,
+        }
+        assert stats["duplicates_same_event"] == 1 and stats["repeats_other_event"] == 0
