@@ -2147,6 +2147,8 @@ cdef enum:
 cdef inline int _tally_one(tuple res, int64_t *counts) except -1:
     # _tally() of one verdict tuple (claim()'s).
     cdef int code = res[0]
+    if code < 0 or code > DS_BEYOND_HORIZON:  # a C array: no code past its end
+        raise SystemError(f"a verdict with status code {code}, not one of 0..{DS_BEYOND_HORIZON}")
     counts[code] += 1
     if res[4]:
         counts[C_OTHER_EVENT] += 1

@@ -311,6 +311,8 @@ cdef class BatchCore:
         by claim_many; IndexError otherwise)."""
         if self._rows is None:
             raise IndexError("this BatchResult keeps no verdict tuples")
+        if not 0 <= i < len(self._rows):  # the module does not check bounds
+            raise IndexError(f"BatchResult index out of range: {i} of {len(self._rows)}")
         return _verdict(<tuple>self._rows[i], self._namespace, <bytes>self._kbs[i], self._now)
 
 

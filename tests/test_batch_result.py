@@ -66,6 +66,9 @@ def test_claim_many_columns_match_its_results(tmp_path, durability: str) -> None
         assert fresh._retry is None  # noqa: SLF001
         assert fresh.retry_after == [None, None] == [r.retry_after for r in fresh]
         assert [r.key for r in fresh] == [b"d", b"e"] and fresh._results == [fresh[0], fresh[1]]  # noqa: SLF001
+        for bad in (2, -1):  # the C method checks its index itself
+            with pytest.raises(IndexError, match="out of range"):
+                fresh._verdict(bad)  # noqa: SLF001
 
 
 def test_a_claim_result_pickles_with_its_record(tmp_path) -> None:  # type: ignore[no-untyped-def]
