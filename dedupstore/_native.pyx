@@ -1190,8 +1190,12 @@ cdef class Space:
     # The last PREFETCH_KEYS keys (bytes objects) whose probes were started
     # early (prefetch_early), a ring, and their _key_hash: _claim takes the
     # hash for one of those objects rather than computing it again, and
-    # does not prefetch its blocks a second time.
-    cdef list _pf_keys
+    # does not prefetch its blocks a second time. _pf_ukeys holds the
+    # unresolved-record key _claim made for a slot's key (None: none yet),
+    # and a completion or release of a key with the same bytes soon after
+    # (_ring_slot) takes that object and the hash instead of making the
+    # key, hashing it for the overlay's dicts and for the filters again.
+    cdef list _pf_keys, _pf_ukeys
     cdef uint64_t _pf_h[PREFETCH_KEYS]
     cdef unsigned _pf_next
     #: Generations below this one may be deleted by an eviction transaction
@@ -1226,6 +1230,7 @@ cdef class Space:
         self._bl_size = 0
         self._lv = None
         self._pf_keys = [None] * PREFETCH_KEYS
+        self._pf_ukeys = [None] * PREFETCH_KEYS
         self.frontier_key = b"F" + prefix
         self.gen_len = gen_len
         self.oldest = oldest
@@ -1430,6 +1435,7 @@ cdef class Space:
         cdef unsigned i = self._pf_next % PREFETCH_KEYS
         cdef uint64_t h = self._key_hash(key)
         self._pf_keys[i] = key
+        self._pf_ukeys[i] = None
         self._pf_h[i] = h
         self._pf_next += 1
         return self._prefetch(h, 0xFFFFFFFF)
@@ -1441,6 +1447,32 @@ cdef class Space:
             if _list_item(self._pf_keys, i) == <PyObject *>key:
                 return i
         return -1
+
+    cdef bytes _ring_ukey(self, bytes key, uint64_t *h, bint *hashed):
+        # For a completion or release of ``key``: the unresolved-record key
+        # its claim made (the same object, its dict hash kept), with the
+        # key's _key_hash in ``h`` and ``hashed`` set, when prefetch_early's
+        # ring holds a key of the same bytes whose claim made one; else a
+        # new one, ``hashed`` false. Nothing here runs Python code, so no
+        # other thread moves the ring between the slot's test and its reads.
+        cdef int i
+        cdef PyObject *k
+        cdef object u
+        cdef Py_ssize_t n = PyBytes_GET_SIZE(key)
+        for i in range(PREFETCH_KEYS):
+            k = _list_item(self._pf_keys, i)
+            if k == <PyObject *>key or (
+                k != <PyObject *>None and PyBytes_GET_SIZE(<object>k) == n
+                and memcmp(PyBytes_AS_STRING(<object>k), PyBytes_AS_STRING(key), n) == 0
+            ):
+                u = <object>_list_item(self._pf_ukeys, i)
+                if u is not None:
+                    h[0] = self._pf_h[i]
+                    hashed[0] = True
+                    return <bytes>u
+                break
+        hashed[0] = False
+        return _unresolved_key(self.prefix, key)
 
     cdef int _live_hits(self, uint64_t h, _live_hits *hits) except -1:
         # The generation ranges of the live filters that may hold the key of
@@ -1860,17 +1892,18 @@ cdef class Space:
         cdef ds_claim_out out
         cdef uint32_t found = 0
         cdef bytes ukey = _unresolved_key(self.prefix, key)
-        # The live filter (a write in the window's overlay): a key it rules
-        # out is in no generation from live_from on, nor (live_pending)
-        # unresolved, and those are not read at all.
-        cdef LiveFilter live = self._live_for(txn, top) if write else None
         cdef uint64_t h
         cdef int i = self._prefetched(key)
         if i >= 0:
             h = self._pf_h[i]  # and its blocks are on their way (prefetch_early)
+            self._pf_ukeys[i] = ukey  # for the completion (_ring_ukey)
         else:
             h = self._key_hash(key)
             self._prefetch(h, top)
+        # The live filter (a write in the window's overlay): a key it rules
+        # out is in no generation from live_from on, nor (live_pending)
+        # unresolved, and those are not read at all.
+        cdef LiveFilter live = self._live_for(txn, top) if write else None
         cdef _live_hits hits
         if live is not None:
             self._live_hits(h, &hits)
@@ -1967,7 +2000,9 @@ cdef class Space:
         # is kept current here, so a batch reads them once.
         cdef ds_record cur, nxt
         cdef bytes kb
-        cdef bytes ukey = _unresolved_key(self.prefix, key)
+        cdef uint64_t h = 0
+        cdef bint hashed
+        cdef bytes ukey = self._ring_ukey(key, &h, &hashed)
         cdef uint32_t found = UNRESOLVED_GEN
         cdef int rc
         cdef bytes stored
@@ -2009,7 +2044,7 @@ cdef class Space:
         _set_gen(kb, top)
         _put(txn, kb, stored, self.records)
         if live is not None:
-            live.add_at(self._key_hash(key), top)
+            live.add_at(h if hashed else self._key_hash(key), top)
         if top > gs.newest:
             gs.newest = top
             self._write_state(txn, gs)
@@ -2017,7 +2052,9 @@ cdef class Space:
 
     cpdef int release(self, object txn, bytes key, uint64_t token, int64_t now) except? -1:
         cdef ds_record cur
-        cdef bytes ukey = _unresolved_key(self.prefix, key)
+        cdef uint64_t h
+        cdef bint hashed
+        cdef bytes ukey = self._ring_ukey(key, &h, &hashed)
         cdef object old = _ABSENT
         cdef bint was = False
         cdef object raw

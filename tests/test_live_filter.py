@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from _proc_workers import serve_store
 
-from dedupstore import DedupStore, Status, _native, window
+from dedupstore import DedupStore, InvalidIntentError, Status, _native, window
 
 SPAWN = mp.get_context("spawn")
 NS = "n"
@@ -109,6 +109,42 @@ def test_every_key_of_a_batch_is_probed_by_its_own_hash(tmp_path: Path, clock: l
         keys = [k for i in range(40, 50) for k in (f"done{i}", f"open{i}", f"new{i}")]
         assert store.claim_many(NS, keys).statuses == [Status.DUPLICATE, Status.IN_PROGRESS, Status.NEW] * 10
         assert [store.claim(NS, f"new{i}").status for i in range(50)] == [Status.IN_PROGRESS] * 50
+
+
+def test_a_completion_takes_its_claims_unresolved_key_never_another_keys(
+    tmp_path: Path, clock: list[float],
+) -> None:
+    # A completion or release whose key has the bytes of one in the early
+    # probes' ring takes the unresolved-record key its claim made (and the
+    # hash). A slot the ring gives a new key must forget the old key's:
+    # here a claim refused after its early probe started (a bad intent)
+    # leaves its key in the slot where k1's was, and the completion of an
+    # earlier lease on that key must reach that key's record, not k1's.
+    with open_store(tmp_path / "s", clock) as store:  # one partition: one ring
+        first = store.claim(NS, "k5")
+        opened = {k: store.claim(NS, k).token for k in ("k1", "k2", "k3", "k4")}  # around the ring once
+        with pytest.raises(InvalidIntentError):
+            store.claim(NS, "k5", {"amount": float("nan")})
+        assert first.token is not None
+        store.complete(NS, "k5", first.token, b"done")
+        rec = store.lookup(NS, "k5")
+        assert rec is not None and rec.outcome == b"done"
+        k1 = store.lookup(NS, "k1")
+        assert k1 is not None and k1.outcome is None and k1.token == opened["k1"]
+        # And the common case, each completion straight after its claim:
+        # every record completed under its own key, in the window and applied.
+        for i in range(20):
+            res = store.claim_many(NS, [f"a{i}", f"b{i}"])
+            store.complete_many(NS, [(k, t, k.encode()) for k, t in zip((f"a{i}", f"b{i}"), res.tokens, strict=True)])
+            res = store.claim(NS, f"r{i}")
+            assert res.token is not None
+            store.release(NS, f"r{i}", res.token)
+        store.flush()
+        for i in range(20):
+            for k in (f"a{i}", f"b{i}"):
+                again = store.claim(NS, k)
+                assert again.status is Status.DUPLICATE and again.outcome == k.encode()
+            assert store.claim(NS, f"r{i}").status is Status.NEW
 
 
 def test_bloom_off_keeps_no_live_filter(tmp_path: Path, clock: list[float]) -> None:
