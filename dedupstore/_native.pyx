@@ -1193,7 +1193,7 @@ cdef class Space:
     # does not prefetch its blocks a second time. _pf_ukeys holds the
     # unresolved-record key _claim made for a slot's key (None: none yet),
     # and a completion or release of a key with the same bytes soon after
-    # (_ring_slot) takes that object and the hash instead of making the
+    # (_ring_ukey) takes that object and the hash instead of making the
     # key, hashing it for the overlay's dicts and for the filters again.
     cdef list _pf_keys, _pf_ukeys
     cdef uint64_t _pf_h[PREFETCH_KEYS]
