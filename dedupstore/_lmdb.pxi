@@ -263,7 +263,7 @@ def lmdb_write_overlay(txn, dict dbs, Overlay ov):
     nothing written is freed whatever happens to ``ov``."""
     cdef void *handle = NULL
     cdef const ds_lmdb_engine *e
-    cdef Py_ssize_t n, nd = 0, np = 0, i, pos
+    cdef Py_ssize_t n, nd = 0, np = 0, i
     cdef ds_lmdb_write *dels = NULL
     cdef ds_lmdb_write *puts = NULL
     cdef PyObject **refs = NULL
@@ -276,7 +276,8 @@ def lmdb_write_overlay(txn, dict dbs, Overlay ov):
     cdef unsigned int dbi
     cdef size_t done = 0, ddone = 0
     cdef int rc = 0, code, j
-    cdef dict d
+    cdef const _ovtab *t
+    cdef size_t slot
     e = _lmdb_txn(txn, &handle)
     if e == NULL:
         return -1
@@ -294,23 +295,26 @@ def lmdb_write_overlay(txn, dict dbs, Overlay ov):
             dstart[code - 1], pstart[code - 1] = nd, np
             if not _lmdb_dbi(dbs[code], env, &dbi):
                 return -1
-            for d in (ov._map(code), ov._fresh_of(code)):
-                pos = 0
-                while PyDict_Next(d, &pos, &k, &v):
-                    if nd + np == n:
-                        raise RuntimeError("the overlay changed while its writes were gathered")
-                    w = &dels[nd] if v == <PyObject *>None else &puts[np]
-                    if not _lmdb_entry(w, <object>k, None if v == <PyObject *>None else <object>v, dbi):
-                        return -1
-                    Py_INCREF(<object>k)
-                    Py_INCREF(<object>v)
-                    refs[nrefs] = k
-                    refs[nrefs + 1] = v
-                    nrefs += 2
-                    if v == <PyObject *>None:
-                        nd += 1
-                    else:
-                        np += 1
+            t = ov._tab(code)
+            for slot in range(0 if t.s == NULL else t.mask + 1):
+                k = t.s[slot].key
+                if k == NULL or k == _TOMB:
+                    continue
+                v = t.s[slot].value
+                if nd + np == n:
+                    raise RuntimeError("the overlay changed while its writes were gathered")
+                w = &dels[nd] if v == <PyObject *>None else &puts[np]
+                if not _lmdb_entry(w, <object>k, None if v == <PyObject *>None else <object>v, dbi):
+                    return -1
+                Py_INCREF(<object>k)
+                Py_INCREF(<object>v)
+                refs[nrefs] = k
+                refs[nrefs + 1] = v
+                nrefs += 2
+                if v == <PyObject *>None:
+                    nd += 1
+                else:
+                    np += 1
         dstart[3], pstart[3] = nd, np
         with nogil:
             for j in range(3):

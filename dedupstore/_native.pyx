@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_GetItem, PyDict_Keys, PyDict_Next, PyDict_Size
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_AsSsize_t
+from cpython.object cimport PyObject_Hash
 from cpython.ref cimport PyObject, Py_DECREF, Py_INCREF, Py_XDECREF
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, qsort, realloc
@@ -1562,11 +1563,10 @@ cdef class Space:
         lf = LiveFilter(0, self.live_from)
         lf.hi = top
         for o in chain:
-            for held in (o._recs, o._frecs):
-                for k in held:  # deleted ones too: a key too many only costs a probe
-                    if (PyBytes_GET_SIZE(k) > C_KEY_PREFIX_BYTES and k[:2] == prefix
-                            and _record_gen(k) >= self.live_from):
-                        lf.add_at(self._record_key_hash(k), _record_gen(k))
+            for k in o._keys(1):  # deleted ones too: a key too many only costs a probe
+                if (PyBytes_GET_SIZE(k) > C_KEY_PREFIX_BYTES and k[:2] == prefix
+                        and _record_gen(k) >= self.live_from):
+                    lf.add_at(self._record_key_hash(k), _record_gen(k))
         self.live_pending = self._seed_pending(lf, chain, base)
         self.live = lf
         self.live_seeds += 1
@@ -1597,11 +1597,9 @@ cdef class Space:
                 lf.add(ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(k) + 2, PyBytes_GET_SIZE(k) - 2))
         if pend:
             for o in chain:
-                for held in (o._pend, o._fpend):
-                    for k in held:  # deleted ones too: a key too many only costs a probe
-                        if PyBytes_GET_SIZE(k) > 2 and k[:2] == prefix:
-                            lf.add(ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(k) + 2,
-                                                PyBytes_GET_SIZE(k) - 2))
+                for k in o._keys(2):  # deleted ones too: a key too many only costs a probe
+                    if PyBytes_GET_SIZE(k) > 2 and k[:2] == prefix:
+                        lf.add(ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(k) + 2, PyBytes_GET_SIZE(k) - 2))
         return pend
 
     cdef uint32_t _reach(self, object get, int64_t now, gen_state *gs) except? 0:
@@ -2370,6 +2368,154 @@ cdef class LogFile:
             os.close(self._l.fd)
 
 
+# An overlay's map of one database: an open-addressing table of bytes keys
+# (linear probing, by Python's hash of the key, which a bytes object keeps
+# once made), each slot holding a reference to its key and to its value
+# (bytes, or None: a delete) and whether the key is fresh (put here, absent
+# from the snapshot). It replaces two dicts per database (the fresh keys'
+# and the others'), where a claim's put, its completion's delete and the
+# record's put were each a miss in one dict and then a lookup or insert in
+# the other, each a generic dict probe comparing bytes as Python objects:
+# here each is one probe, comparing by identity, else hash, length and
+# memcmp. No Python code runs in any of these (only bytes and None are
+# released), so a slot found stays the key's until the table is written.
+cdef struct _ovslot:
+    PyObject *key      # NULL: never used; _TOMB: a key removed (probes go on past it)
+    PyObject *value    # bytes, or None for a delete
+    Py_hash_t hash
+    bint fresh
+
+
+cdef struct _ovtab:
+    _ovslot *s         # NULL until the first insert
+    size_t mask        # slots - 1
+    Py_ssize_t live    # keys held
+    Py_ssize_t used    # slots not NULL: keys held and removed ones
+
+
+cdef PyObject *_TOMB = <PyObject *><size_t>1
+#: The fewest slots a table has, and the most it keeps when cleared (a
+#: larger one is freed: the table of one huge call is not kept for the
+#: overlay's whole life).
+cdef size_t _TAB_MIN = 16
+cdef size_t _TAB_KEEP = 1 << 14
+
+
+cdef inline Py_hash_t _bytes_hash(bytes key) except? -1:
+    # Python's hash of ``key``, which the object keeps once made.
+    return PyObject_Hash(key)
+
+
+cdef inline bint _same_key(PyObject *k, object key, Py_hash_t h, Py_hash_t kh) noexcept:
+    cdef Py_ssize_t n
+    if k == <PyObject *>key:
+        return True
+    if k == _TOMB or kh != h:
+        return False
+    n = PyBytes_GET_SIZE(key)
+    return PyBytes_GET_SIZE(<object>k) == n and memcmp(PyBytes_AS_STRING(<object>k), PyBytes_AS_STRING(key), n) == 0
+
+
+cdef inline Py_ssize_t _tab_find(const _ovtab *t, object key, Py_hash_t h) noexcept:
+    # The slot of ``key`` (hash ``h``), -1 if the table does not hold it.
+    cdef size_t i
+    cdef PyObject *k
+    if t.s == NULL:
+        return -1
+    i = <size_t>h & t.mask
+    while True:
+        k = t.s[i].key
+        if k == NULL:
+            return -1
+        if _same_key(k, key, h, t.s[i].hash):
+            return <Py_ssize_t>i
+        i = (i + 1) & t.mask
+
+
+cdef int _tab_resize(_ovtab *t) except -1:
+    # Room for one more key: slots at least three times the keys held (twice
+    # as many when they fill half, else as many or fewer), the removed ones
+    # left behind.
+    cdef size_t cap = _TAB_MIN, old_cap = 0 if t.s == NULL else t.mask + 1, i, j
+    cdef _ovslot *s
+    cdef _ovslot *old = t.s
+    while cap < 3 * <size_t>(t.live + 1):
+        cap *= 2
+    s = <_ovslot *>calloc(cap, sizeof(_ovslot))
+    if s == NULL:
+        raise MemoryError()
+    for i in range(old_cap):
+        if old[i].key != NULL and old[i].key != _TOMB:
+            j = <size_t>old[i].hash & (cap - 1)
+            while s[j].key != NULL:
+                j = (j + 1) & (cap - 1)
+            s[j] = old[i]
+    free(old)
+    t.s, t.mask, t.used = s, cap - 1, t.live
+    return 0
+
+
+cdef int _tab_insert(_ovtab *t, object key, Py_hash_t h, object value, bint fresh) except -1:
+    # Add ``key`` (hash ``h``), which the table does not hold.
+    cdef size_t i
+    if t.s == NULL or 2 * <size_t>(t.used + 1) > t.mask + 1:
+        _tab_resize(t)
+    i = <size_t>h & t.mask
+    while t.s[i].key != NULL and t.s[i].key != _TOMB:
+        i = (i + 1) & t.mask
+    if t.s[i].key == NULL:
+        t.used += 1
+    Py_INCREF(key)
+    Py_INCREF(value)
+    t.s[i].key = <PyObject *>key
+    t.s[i].value = <PyObject *>value
+    t.s[i].hash = h
+    t.s[i].fresh = fresh
+    t.live += 1
+    return 0
+
+
+cdef inline void _tab_set_value(_ovtab *t, Py_ssize_t i, object value) noexcept:
+    cdef PyObject *old = t.s[i].value
+    Py_INCREF(value)
+    t.s[i].value = <PyObject *>value
+    Py_DECREF(<object>old)
+
+
+cdef void _tab_remove(_ovtab *t, Py_ssize_t i) noexcept:
+    # Forget the key of slot ``i``. The slot becomes unused if the next one
+    # is (no probe goes past it to reach a key), else a removed one.
+    cdef PyObject *k = t.s[i].key
+    cdef PyObject *v = t.s[i].value
+    if t.s[(<size_t>i + 1) & t.mask].key == NULL:
+        t.s[i].key = NULL
+        t.used -= 1
+    else:
+        t.s[i].key = _TOMB
+    t.s[i].value = NULL
+    t.live -= 1
+    Py_DECREF(<object>k)
+    Py_DECREF(<object>v)
+
+
+cdef void _tab_clear(_ovtab *t) noexcept:
+    # Forget every key; a large table's slots are freed.
+    cdef size_t i, cap
+    if t.s == NULL:
+        return
+    cap = t.mask + 1
+    for i in range(cap):
+        if t.s[i].key != NULL and t.s[i].key != _TOMB:
+            Py_DECREF(<object>t.s[i].key)
+            Py_DECREF(<object>t.s[i].value)
+    if cap > _TAB_KEEP:
+        free(t.s)
+        t.s, t.mask = NULL, 0
+    else:
+        memset(t.s, 0, cap * sizeof(_ovslot))
+    t.live = t.used = 0
+
+
 cdef struct _entry:
     const char *data
     Py_ssize_t size
@@ -2391,32 +2537,31 @@ cdef int _entry_order(const void *a, const void *b) noexcept nogil:
     return _bytes_order(x.data, <size_t>x.size, y.data, <size_t>y.size)
 
 
-cdef Py_ssize_t _sorted_items(dict m, dict f, int code, list out, list deletes=None) except -1:
-    # Every item of ``m`` and ``f`` (bytes keys, none in both: an overlay's
-    # two maps of one database) in key order, sorted with memcmp,
-    # which takes a fraction of what sorting them as Python objects does (an
-    # apply lists a few hundred keys, every apply interval). ``deletes``
-    # None: (code, key, value) of each onto ``out`` (Overlay.changes); else
-    # (key, value) of each put onto ``out`` and (code, key) of each delete
-    # onto ``deletes`` (Overlay.write_set). Returns how many.
-    cdef Py_ssize_t n = len(m) + len(f), i = 0, pos
+cdef Py_ssize_t _sorted_items(const _ovtab *t, int code, list out, list deletes=None) except -1:
+    # Every item of ``t`` (an overlay's map of one database) in key order,
+    # sorted with memcmp, which takes a fraction of what sorting them as
+    # Python objects does (an apply lists a few hundred keys, every apply
+    # interval). ``deletes`` None: (code, key, value) of each onto ``out``
+    # (Overlay.changes); else (key, value) of each put onto ``out`` and
+    # (code, key) of each delete onto ``deletes`` (Overlay.write_set).
+    # Returns how many.
+    cdef Py_ssize_t n = t.live, i = 0
+    cdef size_t j
     cdef PyObject *k
-    cdef PyObject *v
     cdef _entry *items
-    cdef dict d
     if n == 0:
         return 0
     items = <_entry *>malloc(n * sizeof(_entry))
     if items == NULL:
         raise MemoryError()
     try:
-        for d in (m, f):
-            pos = 0
-            while PyDict_Next(d, &pos, &k, &v):
+        for j in range(t.mask + 1):
+            k = t.s[j].key
+            if k != NULL and k != _TOMB:
                 items[i].data = PyBytes_AS_STRING(<object>k)
                 items[i].size = PyBytes_GET_SIZE(<object>k)
                 items[i].key = k
-                items[i].value = v
+                items[i].value = t.s[j].value
                 i += 1
         qsort(items, n, sizeof(_entry), _entry_order)
         for i in range(n):
@@ -2468,14 +2613,11 @@ cdef class Overlay:
 
     cdef public object snapshot
     cdef object _records, _pending, _meta
-    # Every key written here is in one of two maps of its database: the
-    # fresh ones, keys put here that the snapshot lacks (key -> newest value;
-    # such a key deleted again leaves its map), and the others (key -> newest
-    # value, None once deleted). Two maps, not one and a set of the fresh
-    # keys: a claim's put is one dict insert, its completion's delete one
-    # dict delete.
-    cdef dict _recs, _pend, _metas
-    cdef dict _frecs, _fpend, _fmetas
+    # Every key written here is in its database's map (_ovtab; records,
+    # pending, meta: codes 1, 2, 3) with its newest value, None once
+    # deleted; a fresh key (put here, absent from the snapshot) deleted again
+    # leaves the map.
+    cdef _ovtab _t[3]
     cdef dict _seen  # meta key -> the snapshot's value (None: absent)
     # The ops written since the last record: _olen bytes of a malloc'd
     # buffer of _ocap (a bytearray emptied after each record would be
@@ -2514,7 +2656,11 @@ cdef class Overlay:
         self.reset(snapshot)
 
     def __dealloc__(self):
+        cdef int i
         self._drop_undo()
+        for i in range(3):
+            _tab_clear(&self._t[i])
+            free(self._t[i].s)
         free(self._ub)
         free(self._ob)
 
@@ -2570,8 +2716,19 @@ cdef class Overlay:
         self._olen = need
         return p
 
-    cdef dict _map(self, int code):
-        return self._recs if code == 1 else self._pend if code == 2 else self._metas
+    cdef inline _ovtab *_tab(self, int code) noexcept:
+        # The map of database ``code`` (1 records, 2 pending, 3 meta).
+        return &self._t[code - 1]
+
+    cdef list _keys(self, int code):
+        # Every key of database ``code`` written here (deleted ones too).
+        cdef const _ovtab *t = self._tab(code)
+        cdef list out = []
+        cdef size_t j
+        for j in range(0 if t.s == NULL else t.mask + 1):
+            if t.s[j].key != NULL and t.s[j].key != _TOMB:
+                out.append(<object>t.s[j].key)
+        return out
 
     cdef int _code(self, object db) except -1:
         # Journal database codes: 1 records, 2 pending, 3 meta.
@@ -2583,23 +2740,16 @@ cdef class Overlay:
             return 3
         raise ValueError("the write-behind overlay covers the records, pending and meta databases only")
 
-    cdef dict _fresh_of(self, int code):
-        return self._frecs if code == 1 else self._fpend if code == 2 else self._fmetas
-
     cdef object _held(self, int code, bytes key, bint *fresh):
         # What this overlay holds for ``key`` (_ABSENT: nothing; None: a
-        # delete), and in ``fresh`` whether it is a fresh key. The pending
-        # database's keys are nearly all fresh (a claim's), the others'
-        # nearly all not: each map is asked in that order.
-        cdef object v
-        cdef dict first = self._fresh_of(code) if code == 2 else self._map(code)
-        v = first.get(key, _ABSENT)
-        if v is not _ABSENT:
-            fresh[0] = code == 2
-            return v
-        v = (self._map(code) if code == 2 else self._fresh_of(code)).get(key, _ABSENT)
-        fresh[0] = v is not _ABSENT and code != 2
-        return v
+        # delete), and in ``fresh`` whether it is a fresh key.
+        cdef _ovtab *t = self._tab(code)
+        cdef Py_ssize_t i = _tab_find(t, key, _bytes_hash(key))
+        if i < 0:
+            fresh[0] = False
+            return _ABSENT
+        fresh[0] = t.s[i].fresh
+        return <object>t.s[i].value
 
     cdef object _base(self, int code, bytes key, object db):
         # What the snapshot (or the overlay read through) holds; None: absent.
@@ -2636,8 +2786,9 @@ cdef class Overlay:
     cdef _write_at(self, int code, bytes key, object value, bint fresh, object old, bint was):
         # _write() where ``old`` and ``was`` are what _held() answered for
         # ``key`` already.
-        cdef dict m = self._map(code)
-        cdef dict f = self._fresh_of(code)
+        cdef _ovtab *t = self._tab(code)
+        cdef Py_hash_t h = _bytes_hash(key)
+        cdef Py_ssize_t i
         cdef uint8_t *head
         cdef Py_ssize_t klen = PyBytes_GET_SIZE(key)
         cdef Py_ssize_t vlen = 0 if value is None else PyBytes_GET_SIZE(value)
@@ -2645,18 +2796,20 @@ cdef class Overlay:
             self.meta_version += 1
         # The undo's room first, so that a failure below changes nothing.
         self._undo_room()
-        self._nwrites += 1
-        if was:
-            # A fresh key: deleted, it leaves both maps (a completion's
-            # delete of its pending record); put, it stays fresh.
-            if value is None:
-                del f[key]
-            else:
-                f[key] = value
-        elif fresh and old is _ABSENT:
-            f[key] = value
+        if old is _ABSENT:
+            # A key new here: fresh if the caller knows the snapshot lacks it.
+            _tab_insert(t, key, h, value, fresh)
         else:
-            m[key] = value
+            i = _tab_find(t, key, h)
+            if i < 0:
+                raise SystemError("an overlay write was told of a value its map does not hold")
+            if was and value is None:
+                # A fresh key deleted leaves the map (a completion's delete
+                # of its pending record): nothing to apply.
+                _tab_remove(t, i)
+            else:
+                _tab_set_value(t, i, value)  # a fresh key put again stays fresh
+        self._nwrites += 1
         self._push_undo(code, key, old, was)
         head = <uint8_t *>self._grow_ops(8 + klen + vlen)
         head[0] = 2 if value is None else 1  # journal PUT / DELETE
@@ -2784,16 +2937,25 @@ cdef class Overlay:
         """Undo every write since the last :meth:`keep` (a call that failed
         before its ops reached the log)."""
         cdef _undo_op *u
-        cdef Py_ssize_t i
+        cdef _ovtab *t
+        cdef Py_ssize_t i, j
+        cdef Py_hash_t h
         cdef object key, old
         self.meta_version += 1
         for i in range(self._un - 1, -1, -1):
             u = &self._ub[i]
             key, old = <object>u.key, <object>u.old
-            self._map(u.code).pop(key, None)
-            self._fresh_of(u.code).pop(key, None)
-            if old is not _ABSENT:
-                (self._fresh_of(u.code) if u.was else self._map(u.code))[key] = old
+            t = self._tab(u.code)
+            h = _bytes_hash(key)
+            j = _tab_find(t, key, h)
+            if old is _ABSENT:
+                if j >= 0:
+                    _tab_remove(t, j)
+            elif j >= 0:
+                _tab_set_value(t, j, old)
+                t.s[j].fresh = u.was
+            else:
+                _tab_insert(t, key, h, old, u.was)
         self._drop_undo()
         self._olen = 0
 
@@ -2804,7 +2966,7 @@ cdef class Overlay:
         cdef list out = []
         cdef int code
         for code in range(1, 4):
-            _sorted_items(self._map(code), self._fresh_of(code), code, out)
+            _sorted_items(self._tab(code), code, out)
         return out
 
     def write_set(self):
@@ -2817,7 +2979,7 @@ cdef class Overlay:
         cdef int code
         for code in range(1, 4):
             items = []
-            n += _sorted_items(self._map(code), self._fresh_of(code), code, items, deletes)
+            n += _sorted_items(self._tab(code), code, items, deletes)
             if items:
                 puts.append((code, items))
         return n, puts, deletes
@@ -2826,8 +2988,7 @@ cdef class Overlay:
         return self._count()
 
     cdef inline Py_ssize_t _count(self):
-        return (PyDict_Size(self._recs) + PyDict_Size(self._pend) + PyDict_Size(self._metas)
-                + PyDict_Size(self._frecs) + PyDict_Size(self._fpend) + PyDict_Size(self._fmetas))
+        return self._t[0].live + self._t[1].live + self._t[2].live
 
     def rebase(self, snapshot):
         """Read from ``snapshot`` from now on, keeping every write: the
@@ -2840,40 +3001,41 @@ cdef class Overlay:
         """Take ``newer``'s writes over ours (an overlay that read through
         this one, whose apply failed); no call may be under way in either."""
         cdef int code
-        cdef dict m, f
+        cdef _ovtab *t
+        cdef const _ovtab *nt
+        cdef size_t j
+        cdef Py_ssize_t i
+        cdef PyObject *k
+        cdef object v
         if newer._un or newer._olen or self._un or self._olen:
             raise ValueError("an overlay with a call under way cannot be folded")
         self.meta_version += 1
         self._nwrites += newer._count()
         for code in range(1, 4):
-            m = self._map(code)
-            f = self._fresh_of(code)
-            # Keys ``newer`` found here or in the snapshot:
-            for k, v in newer._map(code).items():
-                if k in f:
-                    if v is None:
-                        del f[k]  # put here, deleted there: the snapshot never had it
-                    else:
-                        f[k] = v
+            t = self._tab(code)
+            nt = newer._tab(code)
+            for j in range(0 if nt.s == NULL else nt.mask + 1):
+                k = nt.s[j].key
+                if k == NULL or k == _TOMB:
+                    continue
+                v = <object>nt.s[j].value
+                i = _tab_find(t, <object>k, nt.s[j].hash)
+                if i < 0:
+                    # Fresh there (found nowhere) stays fresh; else ``newer``
+                    # found it in the snapshot.
+                    _tab_insert(t, <object>k, nt.s[j].hash, v, nt.s[j].fresh)
+                elif t.s[i].fresh and v is None:
+                    _tab_remove(t, i)  # put here, deleted there: the snapshot never had it
                 else:
-                    m[k] = v
-            # Keys it found nowhere: fresh here too, unless deleted here
-            # (then the snapshot has them).
-            for k, v in newer._fresh_of(code).items():
-                if k in m:
-                    m[k] = v
-                else:
-                    f[k] = v
+                    # Found here (fresh here stays fresh: the snapshot lacks it).
+                    _tab_set_value(t, i, v)
 
     def reset(self, snapshot):
         """Forget every write (they are applied) and read from ``snapshot``."""
+        cdef int i
         self.snapshot = snapshot
-        self._recs = {}
-        self._pend = {}
-        self._metas = {}
-        self._frecs = {}
-        self._fpend = {}
-        self._fmetas = {}
+        for i in range(3):
+            _tab_clear(&self._t[i])
         self._seen = {}
         self.meta_version += 1
         self._nwrites = 0

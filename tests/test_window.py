@@ -236,6 +236,72 @@ def test_an_absorbed_overlay_answers_and_applies_as_the_one_it_took_in(
     env.close()
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["put", "put-new", "put-new", "delete", "delete", "keep", "rollback"]),
+                          st.sampled_from([1, 2, 3]), st.integers(0, 199)), min_size=200, max_size=600))
+def test_an_overlay_of_many_keys_answers_and_applies_as_a_model_of_its_writes(
+    tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[str, int, int]]
+) -> None:
+    # Enough keys for each database's map to grow several times and for
+    # removed keys to sit in the probe runs of others; each key is made
+    # anew for every write (equal bytes, another object). The model: the
+    # newest value of each key written (None: deleted), and whether it is
+    # fresh (first put here without overwriting, the snapshot lacking it):
+    # a fresh key deleted leaves nothing to apply.
+    env = lmdb.open(str(tmp_path_factory.mktemp("ov")), max_dbs=4)
+    dbs = {1: env.open_db(b"records"), 2: env.open_db(b"pending"), 3: env.open_db(b"meta")}
+    with env.begin(write=True) as txn:
+        for db in dbs.values():
+            for i in range(0, 200, 4):  # a quarter of the keys are the snapshot's
+                txn.put(b"k%d" % i, b"snapshot's", db=db)
+    ov = _native.Overlay(dbs[1], dbs[2], dbs[3], env.begin())
+    model: dict[tuple[int, bytes], tuple[bytes | None, bool]] = {}
+    kept = dict(model)
+
+    def answer(code: int, key: bytes) -> bytes | None:
+        if (code, key) in model:
+            return model[(code, key)][0]
+        return b"snapshot's" if int(key[1:]) % 4 == 0 else None
+
+    for n, (what, code, i) in enumerate(steps):
+        key = b"k" + str(i).encode()
+        value = b"%d" % n
+        held = model.get((code, key))
+        if what == "put":
+            assert ov.put(key, value, db=dbs[code]) is True
+            model[(code, key)] = (value, held[1] if held else False)
+        elif what == "put-new":
+            was = answer(code, key)
+            assert ov.put(key, value, False, False, False, dbs[code]) is (was is None)
+            if was is None:
+                model[(code, key)] = (value, held[1] if held else i % 4 != 0)
+        elif what == "delete":
+            was = answer(code, key)
+            assert ov.delete(key, b"", dbs[code]) is (was is not None)
+            if was is not None:
+                if held and held[1]:
+                    del model[(code, key)]
+                else:
+                    model[(code, key)] = (None, False)
+        elif what == "keep":
+            ov.record(0, n)
+            ov.keep()
+            kept = dict(model)
+        else:
+            ov.rollback()
+            model = dict(kept)
+        assert ov.get(b"k" + str(i).encode(), None, dbs[code]) == answer(code, key)
+    assert [ov.get(b"k%d" % i, None, dbs[c]) for c in dbs for i in range(200)] == [
+        answer(c, b"k%d" % i) for c in dbs for i in range(200)
+    ]
+    assert ov.changes() == sorted((c, k, v) for (c, k), (v, _) in model.items())
+    assert len(ov) == len(model)
+    ov.reset(env.begin())
+    assert ov.changes() == [] and len(ov) == 0 and ov.get(b"k1", None, dbs[1]) is None
+    ov.snapshot.abort()
+    env.close()
+
+
 def test_overlay_reads_its_own_writes_over_the_snapshot_and_logs_them_as_journal_ops(tmp_path: Path) -> None:
     env = lmdb.open(str(tmp_path), max_dbs=4)
     recs, pend, meta = (env.open_db(n) for n in (b"records", b"pending", b"meta"))
