@@ -10,6 +10,7 @@ cdef extern from "ds_hash.h":
     void ds_siphash128(const ds_hash_key *key, const void *data, size_t length, uint8_t *out)
     uint64_t ds_siphash64(const ds_hash_key *key, const void *data, size_t length)
     uint32_t ds_reduce(uint64_t h, uint32_t n)
+    uint64_t ds_table_hash(const void *data, size_t length, uint64_t seed) noexcept nogil
     uint32_t ds_crc32(uint32_t crc, const void *data, size_t length)
 
 

@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_GetItem, PyDict_Keys, PyDict_Next, PyDict_Size
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_AsSsize_t
-from cpython.object cimport PyObject_Hash
 from cpython.ref cimport PyObject, Py_DECREF, Py_INCREF, Py_XDECREF
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, qsort, realloc
@@ -2369,8 +2368,8 @@ cdef class LogFile:
 
 
 # An overlay's map of one database: an open-addressing table of bytes keys
-# (linear probing, by Python's hash of the key, which a bytes object keeps
-# once made), each slot holding a reference to its key and to its value
+# (linear probing, by ds_table_hash of the key: seeded, and a fraction of
+# Python's hash of a new bytes object), each slot holding a reference to its key and to its value
 # (bytes, or None: a delete) and whether the key is fresh (put here, absent
 # from the snapshot). It replaces two dicts per database (the fresh keys'
 # and the others'), where a claim's put, its completion's delete and the
@@ -2382,7 +2381,7 @@ cdef class LogFile:
 cdef struct _ovslot:
     PyObject *key      # NULL: never used; _TOMB: a key removed (probes go on past it)
     PyObject *value    # bytes, or None for a delete
-    Py_hash_t hash
+    uint64_t hash
     bint fresh
 
 
@@ -2401,12 +2400,15 @@ cdef size_t _TAB_MIN = 16
 cdef size_t _TAB_KEEP = 1 << 14
 
 
-cdef inline Py_hash_t _bytes_hash(bytes key) except? -1:
-    # Python's hash of ``key``, which the object keeps once made.
-    return PyObject_Hash(key)
+#: ds_table_hash's seed for the overlays' maps: this process's own.
+cdef uint64_t _tab_seed = int.from_bytes(os.urandom(8), "little")
 
 
-cdef inline bint _same_key(PyObject *k, object key, Py_hash_t h, Py_hash_t kh) noexcept:
+cdef inline uint64_t _tab_hash(bytes key) noexcept:
+    return ds_table_hash(PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key), _tab_seed)
+
+
+cdef inline bint _same_key(PyObject *k, object key, uint64_t h, uint64_t kh) noexcept:
     cdef Py_ssize_t n
     if k == <PyObject *>key:
         return True
@@ -2416,7 +2418,7 @@ cdef inline bint _same_key(PyObject *k, object key, Py_hash_t h, Py_hash_t kh) n
     return PyBytes_GET_SIZE(<object>k) == n and memcmp(PyBytes_AS_STRING(<object>k), PyBytes_AS_STRING(key), n) == 0
 
 
-cdef inline Py_ssize_t _tab_find(const _ovtab *t, object key, Py_hash_t h) noexcept:
+cdef inline Py_ssize_t _tab_find(const _ovtab *t, object key, uint64_t h) noexcept:
     # The slot of ``key`` (hash ``h``), -1 if the table does not hold it.
     cdef size_t i
     cdef PyObject *k
@@ -2455,7 +2457,7 @@ cdef int _tab_resize(_ovtab *t) except -1:
     return 0
 
 
-cdef int _tab_insert(_ovtab *t, object key, Py_hash_t h, object value, bint fresh) except -1:
+cdef int _tab_insert(_ovtab *t, object key, uint64_t h, object value, bint fresh) except -1:
     # Add ``key`` (hash ``h``), which the table does not hold.
     cdef size_t i
     if t.s == NULL or 2 * <size_t>(t.used + 1) > t.mask + 1:
@@ -2744,7 +2746,7 @@ cdef class Overlay:
         # What this overlay holds for ``key`` (_ABSENT: nothing; None: a
         # delete), and in ``fresh`` whether it is a fresh key.
         cdef _ovtab *t = self._tab(code)
-        cdef Py_ssize_t i = _tab_find(t, key, _bytes_hash(key))
+        cdef Py_ssize_t i = _tab_find(t, key, _tab_hash(key))
         if i < 0:
             fresh[0] = False
             return _ABSENT
@@ -2787,7 +2789,7 @@ cdef class Overlay:
         # _write() where ``old`` and ``was`` are what _held() answered for
         # ``key`` already.
         cdef _ovtab *t = self._tab(code)
-        cdef Py_hash_t h = _bytes_hash(key)
+        cdef uint64_t h = _tab_hash(key)
         cdef Py_ssize_t i
         cdef uint8_t *head
         cdef Py_ssize_t klen = PyBytes_GET_SIZE(key)
@@ -2939,14 +2941,14 @@ cdef class Overlay:
         cdef _undo_op *u
         cdef _ovtab *t
         cdef Py_ssize_t i, j
-        cdef Py_hash_t h
+        cdef uint64_t h
         cdef object key, old
         self.meta_version += 1
         for i in range(self._un - 1, -1, -1):
             u = &self._ub[i]
             key, old = <object>u.key, <object>u.old
             t = self._tab(u.code)
-            h = _bytes_hash(key)
+            h = _tab_hash(key)
             j = _tab_find(t, key, h)
             if old is _ABSENT:
                 if j >= 0:

@@ -141,6 +141,53 @@ static void test_siphash_properties(void)
 }
 
 /* ------------------------------------------------------------------------ */
+/* ds_table_hash                                                             */
+
+static void test_table_hash(void)
+{
+    /* Every byte counts, at every length (the last word overlaps the one
+     * before it past 8 bytes, and short keys are read byte by byte): flipping
+     * any bit of a key changes its hash. */
+    uint8_t msg[40];
+    for (size_t i = 0; i < sizeof msg; i++)
+        msg[i] = (uint8_t)(i * 7 + 1);
+    int all_bits = 1;
+    for (size_t len = 1; len <= sizeof msg; len++) {
+        uint64_t h = ds_table_hash(msg, len, 42);
+        for (size_t i = 0; i < len; i++)
+            for (int bit = 0; bit < 8; bit++) {
+                msg[i] ^= (uint8_t)(1u << bit);
+                if (ds_table_hash(msg, len, 42) == h)
+                    all_bits = 0;
+                msg[i] ^= (uint8_t)(1u << bit);
+            }
+        /* The length counts: a key and the same bytes one shorter differ. */
+        CHECK(ds_table_hash(msg, len - 1, 42) != h);
+    }
+    CHECK(all_bits);
+    /* Unaligned input hashes as aligned input does; the seed counts. */
+    uint8_t shifted[41];
+    memcpy(shifted + 1, msg, 40);
+    CHECK_EQ_U64(ds_table_hash(shifted + 1, 27, 9), ds_table_hash(msg, 27, 9));
+    CHECK(ds_table_hash(msg, 27, 9) != ds_table_hash(msg, 27, 10));
+    /* The reference stream's keys (21 bytes, a counter in hex inside) spread
+     * evenly over a table's slots by the low bits linear probing takes:
+     * 2**16 keys into 2**12 slots, 16 a slot on average, none past 48. */
+    static unsigned slots[1 << 12];
+    memset(slots, 0, sizeof slots);
+    char key[32];
+    for (unsigned k = 0; k < (1u << 16); k++) {
+        int n = snprintf(key, sizeof key, "order-%012x:v1", k * 2654435761u);
+        slots[ds_table_hash(key, (size_t)n, 0x5eed) & ((1u << 12) - 1)]++;
+    }
+    unsigned most = 0;
+    for (size_t i = 0; i < COUNT(slots); i++)
+        if (slots[i] > most)
+            most = slots[i];
+    CHECK_AT(most <= 48, __FILE__, __LINE__, "most keys in one slot: %u", most);
+}
+
+/* ------------------------------------------------------------------------ */
 /* ds_reduce                                                                 */
 
 static void test_crc32(void)
@@ -1353,6 +1400,7 @@ int main(void)
     test_siphash_vectors();
     test_siphash_properties();
     test_crc32();
+    test_table_hash();
     test_reduce();
     test_buf_limit();
     test_json_escaping();
