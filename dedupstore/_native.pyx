@@ -675,6 +675,14 @@ cdef int _canon_into(ds_buf *b, object intent, tuple fields) except -1:
     cdef bytes raw
     if intent is None:
         return 0
+    if type(intent) is dict and fields is None and PyDict_Size(intent) <= CANON_FAST_KEYS:
+        # The common intent, a small dict: straight to _canon_dict, past the
+        # type tests below and _canon's (_canon writes it so too).
+        tag = DS_CANON_TAG_STRUCTURED
+        _check(b, ds_buf_put(b, &tag, 1))
+        if not _canon_dict(b, <dict>intent, 1):
+            _canon(b, intent, 1)  # a key not an exact str: nothing was written past the tag
+        return 1
     if type(intent) is bytes:
         raw = <bytes>intent
     elif isinstance(intent, (bytes, bytearray, memoryview)):

@@ -44,7 +44,7 @@ def test_where_a_claim_goes_names_the_claim_path(bench: ModuleType) -> None:
     inclusive = dict(res["inclusive"])
     # The package's own functions on a claim's path, each with at least one
     # instruction a call; none of the glue Cython generates.
-    for name in ("StoreCore.claim", "Space._claim", "Hasher._intent_digest", "_canon"):
+    for name in ("StoreCore.claim", "Space._claim", "Hasher._intent_digest", "_canon_into"):
         assert inclusive.get(name, 0) > 0, (name, sorted(inclusive))
     assert not any(n.startswith("__Pyx_") for n in inclusive)
     # A function's own code is part of what it and its callees take, and no
