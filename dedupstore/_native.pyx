@@ -2508,8 +2508,9 @@ cdef void _tab_remove(_ovtab *t, Py_ssize_t i) noexcept:
     Py_DECREF(<object>v)
 
 
-cdef void _tab_clear(_ovtab *t) noexcept:
-    # Forget every key; a large table's slots are freed.
+cdef void _tab_clear(_ovtab *t, bint keep=True) noexcept:
+    # Forget every key; the slots are freed unless ``keep`` and the table
+    # is no larger than _TAB_KEEP.
     cdef size_t i, cap
     if t.s == NULL:
         return
@@ -2518,11 +2519,11 @@ cdef void _tab_clear(_ovtab *t) noexcept:
         if t.s[i].key != NULL and t.s[i].key != _TOMB:
             Py_DECREF(<object>t.s[i].key)
             Py_DECREF(<object>t.s[i].value)
-    if cap > _TAB_KEEP:
+    if keep and cap <= _TAB_KEEP:
+        memset(t.s, 0, cap * sizeof(_ovslot))
+    else:
         free(t.s)
         t.s, t.mask = NULL, 0
-    else:
-        memset(t.s, 0, cap * sizeof(_ovslot))
     t.live = t.used = 0
 
 
@@ -2669,8 +2670,7 @@ cdef class Overlay:
         cdef int i
         self._drop_undo()
         for i in range(3):
-            _tab_clear(&self._t[i])
-            free(self._t[i].s)
+            _tab_clear(&self._t[i], False)
         free(self._ub)
         free(self._ob)
 
