@@ -368,10 +368,18 @@ class ClaimResult:
 @disjoint_base
 class BatchCore:
     _results: list[ClaimResult | None] | None
-    _statuses: list[Status]
-    _tokens: list[int | None]
+    _statuses: list[Status] | None
+    _tokens: list[int | None] | None
     _retry: list[float | None] | None
     _make: Callable[[int], ClaimResult] | None
+    def __len__(self) -> int: ...
+    @property
+    def statuses(self) -> list[Status]: ...
+    @property
+    def tokens(self) -> list[int | None]: ...
+    @property
+    def retry_after(self) -> list[float | None]: ...
+    def _tallies(self) -> list[tuple[Status, int]] | None: ...
     def _verdict(self, i: int) -> ClaimResult: ...
 
 @disjoint_base

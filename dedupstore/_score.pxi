@@ -297,14 +297,80 @@ cdef class BatchCore:
 
     # ``_results`` caches each key's ClaimResult once made; ``_make(i)``
     # makes one. A batch claim_many made in C has neither (None) until a
-    # ClaimResult is asked for: its verdict tuples, keys, namespace and time
-    # are kept here instead (_verdict), and ``_retry`` is None when no key
-    # is IN_PROGRESS; one list and one object fewer to make per call.
+    # ClaimResult is asked for, nor its columns (``_statuses``, ``_tokens``,
+    # ``_retry``: None): its verdict tuples, keys, namespace and time are
+    # kept here instead (_verdict), and each column is made from the tuples
+    # when asked for, as the copy a column's reader gets anyway.
     cdef public list _results, _statuses, _tokens, _retry
     cdef public object _make
     cdef list _rows, _kbs
     cdef object _namespace
     cdef int64_t _now
+
+    def __len__(self):
+        return len(self._rows) if self._rows is not None else len(self._statuses)
+
+    @property
+    def statuses(self):
+        """Each key's verdict (a copy)."""
+        cdef Py_ssize_t i, n
+        cdef list out
+        if self._rows is None:
+            return list(self._statuses)
+        n = len(self._rows)
+        out = [None] * n
+        for i in range(n):
+            out[i] = _status_by_code[_code_of(<tuple>self._rows[i])]
+        return out
+
+    @property
+    def tokens(self):
+        """Each key's token: set for the verdicts that hold a lease (a copy)."""
+        cdef Py_ssize_t i, n
+        cdef list out
+        cdef tuple res
+        if self._rows is None:
+            return list(self._tokens)
+        n = len(self._rows)
+        out = [None] * n
+        for i in range(n):
+            res = <tuple>self._rows[i]
+            if _leased[_code_of(res)]:
+                out[i] = res[1]
+        return out
+
+    @property
+    def retry_after(self):
+        """Each key's ``retry_after`` in seconds: set for IN_PROGRESS (a copy)."""
+        cdef Py_ssize_t i, n
+        cdef list out
+        cdef tuple res
+        if self._rows is None:
+            return [None] * len(self._statuses) if self._retry is None else list(self._retry)
+        n = len(self._rows)
+        out = [None] * n
+        for i in range(n):
+            res = <tuple>self._rows[i]
+            if _code_of(res) == DS_IN_PROGRESS:
+                out[i] = res[2] / 1e6
+        return out
+
+    def _tallies(self):
+        """(status, how many keys got it) of each status some key got, in
+        code order, counted in C (a batch made by claim_many); None for a
+        batch made of columns."""
+        cdef Py_ssize_t counts[8]
+        cdef Py_ssize_t i
+        cdef list out = []
+        if self._rows is None:
+            return None
+        memset(counts, 0, sizeof(counts))
+        for i in range(len(self._rows)):
+            counts[_code_of(<tuple>self._rows[i])] += 1  # below len(_status_by_code): 6 (bind_store)
+        for i in range(len(_status_by_code)):
+            if counts[i]:
+                out.append((_status_by_code[i], counts[i]))
+        return out
 
     def _verdict(self, Py_ssize_t i):
         """Key i's ClaimResult, made from its verdict tuple (a batch made
@@ -317,31 +383,15 @@ cdef class BatchCore:
 
 
 cdef object _batch_result(list results, object namespace, list kbs, int64_t now, int64_t *counts):
-    # claim_many's BatchResult of its verdict tuples, tallied in ``counts``:
-    # the columns made in one pass, a key's ClaimResult on first access.
+    # claim_many's BatchResult of its verdict tuples, tallied in ``counts``
+    # (which checks each one's op code): its columns and a key's ClaimResult
+    # are made when asked for.
     _tally(results, counts)
-    cdef Py_ssize_t i, n = len(results)
-    cdef list statuses = [None] * n
-    cdef list tokens = [None] * n
-    cdef list retry = None
-    cdef tuple res
-    cdef int code
-    for i in range(n):
-        res = <tuple>results[i]
-        code = _code_of(res)
-        statuses[i] = _status_by_code[code]
-        if _leased[code]:
-            tokens[i] = res[1]
-        elif code == DS_IN_PROGRESS:
-            if retry is None:
-                retry = [None] * n
-            retry[i] = res[2] / 1e6
     # tp_new of the bound subclass without a method call (BatchCore.__new__
     # of a class not known here would be one).
     # (bind_store checked that _batch_cls is a BatchCore subclass: cast to
     # type unchecked, or its metaclass's MRO would be walked at each call.)
     cdef BatchCore out = <BatchCore>(<PyTypeObject *>_batch_cls).tp_new(<type>_batch_cls, <PyObject *>_EMPTY, NULL)
-    out._statuses, out._tokens, out._retry = statuses, tokens, retry
     out._rows, out._kbs, out._namespace, out._now = results, kbs, namespace, now
     return out
 

@@ -132,7 +132,8 @@ class BatchResult(_native.BatchCore, Sequence[ClaimResult]):
     a thousand objects.
     """
 
-    # The fields are BatchCore's: claim_many makes this in C.
+    # The fields, len() and the columns are BatchCore's: claim_many makes
+    # this in C.
     __slots__ = ()
 
     def __init__(
@@ -161,12 +162,9 @@ class BatchResult(_native.BatchCore, Sequence[ClaimResult]):
             self._tokens = tokens
             self._retry = retry_after
 
-    def __len__(self) -> int:
-        return len(self._statuses)
-
     def _item(self, i: int) -> ClaimResult:
         if self._results is None:  # claim_many's: made on the first access
-            self._results = [None] * len(self._statuses)
+            self._results = [None] * len(self)
         r = self._results[i]
         if r is None:
             r = self._results[i] = self._make(i) if self._make is not None else self._verdict(i)
@@ -177,7 +175,7 @@ class BatchResult(_native.BatchCore, Sequence[ClaimResult]):
     @overload
     def __getitem__(self, index: slice) -> list[ClaimResult]: ...
     def __getitem__(self, index: int | slice) -> ClaimResult | list[ClaimResult]:
-        n = len(self._statuses)
+        n = len(self)
         if isinstance(index, slice):
             return [self._item(i) for i in range(*index.indices(n))]
         i = index.__index__()
@@ -188,31 +186,19 @@ class BatchResult(_native.BatchCore, Sequence[ClaimResult]):
         return self._item(i)
 
     def __iter__(self) -> Iterator[ClaimResult]:
-        for i in range(len(self._statuses)):
+        for i in range(len(self)):
             yield self._item(i)
-
-    @property
-    def statuses(self) -> list[Status]:
-        """Each key's verdict (a copy)."""
-        return list(self._statuses)
-
-    @property
-    def tokens(self) -> list[int | None]:
-        """Each key's token: set for the verdicts that hold a lease (a copy)."""
-        return list(self._tokens)
-
-    @property
-    def retry_after(self) -> list[float | None]:
-        """Each key's ``retry_after`` in seconds: set for IN_PROGRESS (a copy)."""
-        if self._retry is None:  # claim_many's with no IN_PROGRESS
-            return [None] * len(self._statuses)
-        return list(self._retry)
 
     def counts(self) -> dict[Status, int]:
         """How many keys got each verdict (every status present, zeros included)."""
         out = dict.fromkeys(Status, 0)
-        for st in self._statuses:
-            out[st] += 1
+        tallies = self._tallies()  # claim_many's: counted in C, a dict update per status
+        if tallies is None:
+            for st in self.statuses:
+                out[st] += 1
+        else:
+            for st, n in tallies:
+                out[st] = n
         return out
 
     def __repr__(self) -> str:

@@ -60,10 +60,16 @@ def test_claim_many_columns_match_its_results(tmp_path, durability: str) -> None
         assert batch.tokens == [r.token for r in batch]
         assert batch.retry_after == [r.retry_after for r in batch]
         assert batch.retry_after[0] is not None and 0 < batch.retry_after[0] <= 30
-        # No key IN_PROGRESS: no retry column is made, and it reads as None
+        assert len(batch) == 3 and batch.counts() == {s: batch.statuses.count(s) for s in Status}
+        # Each column read is the reader's own copy.
+        for column in ("statuses", "tokens", "retry_after"):
+            got = getattr(batch, column)
+            got.clear()
+            assert len(getattr(batch, column)) == 3, column
+        # No column is kept, and with no key IN_PROGRESS it reads as None
         # for each key all the same.
         fresh = store.claim_many("ns", ["d", "e"])
-        assert fresh._retry is None  # noqa: SLF001
+        assert fresh._retry is None and fresh._statuses is None and fresh._tokens is None  # noqa: SLF001
         assert fresh.retry_after == [None, None] == [r.retry_after for r in fresh]
         assert [r.key for r in fresh] == [b"d", b"e"] and fresh._results == [fresh[0], fresh[1]]  # noqa: SLF001
         for bad in (2, -1):  # the C method checks its index itself
