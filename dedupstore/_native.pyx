@@ -2377,9 +2377,9 @@ cdef class LogFile:
 
 # An overlay's map of one database: an open-addressing table of bytes keys
 # (linear probing, by ds_table_hash of the key: seeded, and a fraction of
-# Python's hash of a new bytes object), each slot holding a reference to its key and to its value
-# (bytes, or None: a delete) and whether the key is fresh (put here, absent
-# from the snapshot). It replaces two dicts per database (the fresh keys'
+# what Python's hash of a new bytes object costs), each slot holding a
+# reference to its key and to its value (bytes, or None: a delete) and
+# whether the key is fresh (put here, absent from the snapshot). It replaces two dicts per database (the fresh keys'
 # and the others'), where a claim's put, its completion's delete and the
 # record's put were each a miss in one dict and then a lookup or insert in
 # the other, each a generic dict probe comparing bytes as Python objects:
