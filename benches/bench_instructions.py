@@ -36,8 +36,10 @@ at full speed.
                       batch path (keys grouped by partition) that most of
                       the main job's events take (its mean batch is 1.9)
     round(100)/key    the same with 100 keys, per key: the batch target's path
-    count by verdict  BatchResult.counts() of a batch of 100, per key: a
-                      dict lookup keyed by each verdict (Status's hash)
+    count by verdict  BatchResult.counts() of a batch of 100, per key: each
+                      key's op code counted in C, then a dict of every
+                      Status (a dict lookup keyed by each verdict, Status's
+                      hash, until 7c664cf)
 
 With ``--where SCENARIO`` it tells where one scenario's instructions go
 instead: per call, each of the package's own functions with what it and
