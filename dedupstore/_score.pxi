@@ -553,7 +553,7 @@ cdef class StoreCore:
         cdef object digest = None if intent is None else self._hasher._intent_digest(intent, ns.fields)
         cdef int64_t now = self._now()
         cdef int64_t lease_us = ns.lease_us if lease is None else _lease_us(lease)
-        cdef int64_t et = DS_NO_TIME if event_time is None else _time_us(event_time, _time_us_slow)
+        cdef int64_t et = DS_NO_TIME if event_time is None else _time_us_c(event_time, _time_us_slow)
         cdef object cl = None if claimant is None else _small_bytes(claimant, "claimant", _max_claimant)
         cdef object eid = None if event_id is None else _small_bytes(event_id, "event_id", _max_event_id)
         now_out[0] = now

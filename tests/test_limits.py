@@ -221,6 +221,24 @@ def test_batch_event_times_convert_as_single_ones(values: list[object]) -> None:
         assert str(got.value) == str(error)
 
 
+def test_claims_event_time_converts_in_c_with_no_value_taken_for_an_error(store: DedupStore) -> None:
+    # claim() converts its event_time to a C integer (_time_us_c) whose
+    # error marker is -1 µs: a time of -1 µs is a time (1970: beyond the
+    # horizon), the slow path's answers and errors come through too.
+    res = store.claim(NS, "minus-one", event_time=-1e-6)
+    assert res.status is Status.BEYOND_HORIZON
+    store.complete(NS, "minus-one", res.token, b"")
+    rec = store.lookup(NS, "minus-one")
+    assert rec is not None and rec.event_time == -1e-6
+    when = _dt.datetime(2026, 12, 7, 12, 0, tzinfo=_dt.UTC)
+    store.claim(NS, "aware", event_time=when)
+    rec = store.lookup(NS, "aware")
+    assert rec is not None and rec.event_time == when.timestamp()
+    with pytest.raises(InvalidInputError, match="event_time must be seconds since the epoch"):
+        store.claim(NS, "text", event_time="yesterday")
+    assert store.lookup(NS, "text") is None
+
+
 def test_claim_many_shape_errors(store: DedupStore) -> None:
     with pytest.raises(InvalidInputError, match="one entry per key"):
         store.claim_many(NS, ["a", "b"], [None])
