@@ -64,6 +64,9 @@ MAX_GATHERED_HASHES = 1 << 22
 #: The generation reported for an unresolved record: it lives in the
 #: ``pending`` database, in no generation (docs/format.md).
 UNRESOLVED_GEN = 0xFFFFFFFF
+# The same for the native code to compare with and set: no lookup of the
+# module's global, and no int object made to compare it with.
+cdef uint32_t C_UNRESOLVED_GEN = 0xFFFFFFFF
 
 cdef enum:
     C_MAX_KEY_BYTES = 400
@@ -1324,7 +1327,7 @@ cdef class Space:
             return None
         raw = _get(get, ukey, self.pending)
         if raw is not None:
-            found[0] = UNRESOLVED_GEN
+            found[0] = C_UNRESOLVED_GEN
         return raw
 
     cdef _index_blooms(self):
@@ -1967,14 +1970,14 @@ cdef class Space:
             # Unresolved already: decide on that record, as a probe would have.
             if raw is None:  # not handed back by an overlay's put
                 raw = _get(get, ukey, self.pending)
-            found = UNRESOLVED_GEN
+            found = C_UNRESOLVED_GEN
 
         _decode(raw, &cur)
         req.fresh_token = ds_next_token(&_token_state)
         ds_claim_decide(&cur, &req, &nxt, &out)
         if out.write == DS_WRITE_NONE:
             return (out.status, out.token, out.retry_after, raw, False, False, found)
-        if found != UNRESOLVED_GEN and found < self.evict_floor:
+        if found != C_UNRESOLVED_GEN and found < self.evict_floor:
             # A completed record (only another event id to count) in a
             # generation that an eviction beside the window is deleting.
             # Rewritten, it would come back below the oldest generation once
@@ -1985,7 +1988,7 @@ cdef class Space:
             return None
         stored = _encode(&nxt)
         # Rewritten where it was found: the pending database, or its generation.
-        if found == UNRESOLVED_GEN:
+        if found == C_UNRESOLVED_GEN:
             _put(txn, ukey, stored, self.pending)
         else:
             _put(txn, self._hit, stored, self.records)
@@ -2008,7 +2011,7 @@ cdef class Space:
         cdef uint64_t h = 0
         cdef bint hashed
         cdef bytes ukey = self._ring_ukey(key, &h, &hashed)
-        cdef uint32_t found = UNRESOLVED_GEN
+        cdef uint32_t found = C_UNRESOLVED_GEN
         cdef int rc
         cdef bytes stored
         cdef LiveFilter live
@@ -2034,7 +2037,7 @@ cdef class Space:
                                 <uint32_t>PyBytes_GET_SIZE(outcome), now, &nxt)
         if rc != DS_OP_APPLY:
             return (rc, raw, found)
-        if found != UNRESOLVED_GEN:
+        if found != C_UNRESOLVED_GEN:
             raise StoreFormatError("an unresolved record was found in a generation (store format violated)")
         stored = _encode(&nxt)
         # The newest live filter takes the record's key: rolled first if
