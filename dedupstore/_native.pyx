@@ -269,7 +269,13 @@ MAX_TOKEN = 0x7FFFFFFFFFFFFFFF
 cpdef object check_token(object value):
     """``value`` as a lease token: an int (not a bool) in 1..2**63-1, else
     InvalidTokenError."""
-    if (type(value) is int or (isinstance(value, int) and not isinstance(value, bool))) and 1 <= value <= MAX_TOKEN:
+    cdef int overflow = 0
+    if type(value) is int:
+        # Every completion's: compared as a C integer, not as ints with the
+        # module's MAX_TOKEN. An int past 2**63-1 reads -1 (overflow set).
+        if PyLong_AsLongLongAndOverflow(value, &overflow) >= 1:
+            return value
+    elif isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_TOKEN:
         return value
     raise InvalidTokenError(f"token must be an int in 1..2**63-1 as returned by claim(); got {value!r}")
 

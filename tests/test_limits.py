@@ -114,6 +114,21 @@ def test_invalid_tokens(store: DedupStore, token: object) -> None:
     assert store.lookup(NS, "k") == before
 
 
+class _TokenInt(int):
+    pass
+
+
+@pytest.mark.parametrize("token", [1, 2**63 - 1, _TokenInt(7), _TokenInt(2**63 - 1)])
+def test_tokens_at_the_edges_are_taken_as_given(token: int) -> None:
+    assert _native.check_token(token) is token
+
+
+@pytest.mark.parametrize("token", [_TokenInt(0), _TokenInt(2**63)])
+def test_an_int_subclass_token_out_of_range_is_refused(token: int) -> None:
+    with pytest.raises(InvalidTokenError, match=r"1..2\*\*63-1"):
+        _native.check_token(token)
+
+
 @pytest.mark.parametrize("token", [0, -1, -(2**63), -(2**63) - 1, 2**63, 2**64, "123", 1.0, True, None])
 def test_invalid_tokens_in_a_batch_change_nothing(store: DedupStore, token: object) -> None:
     good = store.claim(NS, "a")
