@@ -21,37 +21,14 @@
 #define PREFETCH_AHEAD 8
 
 /* ------------------------------------------------------------------------ */
-/* Hashing: fmix64 remix, block by multiply-shift, probes by golden-ratio    */
-/* multiplication (see ds_bloom.h, "Hashing").                              */
-
-static inline uint64_t remix(uint64_t h)
-{
-    h ^= h >> 33;
-    h *= UINT64_C(0xff51afd7ed558ccd);
-    h ^= h >> 33;
-    h *= UINT64_C(0xc4ceb9fe1a85ec53);
-    h ^= h >> 33;
-    return h;
-}
-
-static inline uint64_t *block_of(uint64_t *bits, uint64_t nblocks, uint64_t x)
-{
-    /* (x >> 32) < 2^32 and nblocks < 2^32: the product cannot overflow. */
-    return bits + WORDS_PER_BLOCK * (((x >> 32) * nblocks) >> 32);
-}
-
-/* The next probe state: multiplication mod 2^32, done in 64 bits so no
- * integer promotion can make it a signed (undefined) overflow. */
-static inline uint32_t next_probe(uint32_t p)
-{
-    return (uint32_t)((uint64_t)p * UINT64_C(0x9e3779b9));
-}
+/* A key's probes in its block (the remix, the block and the probe sequence */
+/* are ds_bloom.h's: ds_bloom_remix, ds_bloom_block, ds_bloom_next_probe).   */
 
 static inline void add_x(uint64_t *blk, unsigned k, uint32_t p)
 {
     for (unsigned i = 0; i < k; i++) {
         blk[p >> 29] |= UINT64_C(1) << ((p >> 23) & 63);
-        p = next_probe(p);
+        p = ds_bloom_next_probe(p);
     }
 }
 
@@ -62,28 +39,28 @@ static inline int maybe_x(const uint64_t *blk, unsigned k, uint32_t p)
     uint64_t acc = 1;
     for (unsigned i = 0; i < k; i++) {
         acc &= blk[p >> 29] >> ((p >> 23) & 63);
-        p = next_probe(p);
+        p = ds_bloom_next_probe(p);
     }
     return (int)(acc & 1);
 }
 
 void ds_bloom_add(ds_bloom *b, uint64_t h)
 {
-    uint64_t x = remix(h);
-    add_x(block_of(b->bits, b->nblocks, x), b->k, (uint32_t)x);
+    uint64_t x = ds_bloom_remix(h);
+    add_x(ds_bloom_block(b->bits, b->nblocks, x), b->k, (uint32_t)x);
     b->nkeys++;
 }
 
 int ds_bloom_maybe(const ds_bloom *b, uint64_t h)
 {
-    uint64_t x = remix(h);
-    return maybe_x(block_of(b->bits, b->nblocks, x), b->k, (uint32_t)x);
+    uint64_t x = ds_bloom_remix(h);
+    return maybe_x(ds_bloom_block(b->bits, b->nblocks, x), b->k, (uint32_t)x);
 }
 
 void ds_bloom_prefetch(const ds_bloom *b, uint64_t h)
 {
     if (b->nblocks)
-        PREFETCH_R(block_of(b->bits, b->nblocks, remix(h)));
+        PREFETCH_R(ds_bloom_block(b->bits, b->nblocks, ds_bloom_remix(h)));
 }
 
 void ds_bloom_add_many(ds_bloom *b, const uint64_t *h, size_t n)
@@ -92,17 +69,17 @@ void ds_bloom_add_many(ds_bloom *b, const uint64_t *h, size_t n)
     size_t i;
     /* A ring of remixed hashes whose blocks have been prefetched. */
     for (i = 0; i < n && i < PREFETCH_AHEAD; i++) {
-        ahead[i] = remix(h[i]);
-        PREFETCH_W(block_of(b->bits, b->nblocks, ahead[i]));
+        ahead[i] = ds_bloom_remix(h[i]);
+        PREFETCH_W(ds_bloom_block(b->bits, b->nblocks, ahead[i]));
     }
     for (i = 0; i < n; i++) {
         uint64_t x = ahead[i % PREFETCH_AHEAD];
         if (i + PREFETCH_AHEAD < n) {
-            uint64_t y = remix(h[i + PREFETCH_AHEAD]);
+            uint64_t y = ds_bloom_remix(h[i + PREFETCH_AHEAD]);
             ahead[i % PREFETCH_AHEAD] = y;
-            PREFETCH_W(block_of(b->bits, b->nblocks, y));
+            PREFETCH_W(ds_bloom_block(b->bits, b->nblocks, y));
         }
-        add_x(block_of(b->bits, b->nblocks, x), b->k, (uint32_t)x);
+        add_x(ds_bloom_block(b->bits, b->nblocks, x), b->k, (uint32_t)x);
     }
     b->nkeys += n;
 }
@@ -112,18 +89,18 @@ size_t ds_bloom_maybe_many(const ds_bloom *b, const uint64_t *h, size_t n, uint8
     uint64_t ahead[PREFETCH_AHEAD];
     size_t i, hits = 0;
     for (i = 0; i < n && i < PREFETCH_AHEAD; i++) {
-        ahead[i] = remix(h[i]);
-        PREFETCH_R(block_of(b->bits, b->nblocks, ahead[i]));
+        ahead[i] = ds_bloom_remix(h[i]);
+        PREFETCH_R(ds_bloom_block(b->bits, b->nblocks, ahead[i]));
     }
     for (i = 0; i < n; i++) {
         uint64_t x = ahead[i % PREFETCH_AHEAD];
         int m;
         if (i + PREFETCH_AHEAD < n) {
-            uint64_t y = remix(h[i + PREFETCH_AHEAD]);
+            uint64_t y = ds_bloom_remix(h[i + PREFETCH_AHEAD]);
             ahead[i % PREFETCH_AHEAD] = y;
-            PREFETCH_R(block_of(b->bits, b->nblocks, y));
+            PREFETCH_R(ds_bloom_block(b->bits, b->nblocks, y));
         }
-        m = maybe_x(block_of(b->bits, b->nblocks, x), b->k, (uint32_t)x);
+        m = maybe_x(ds_bloom_block(b->bits, b->nblocks, x), b->k, (uint32_t)x);
         if (out)
             out[i] = (uint8_t)m;
         hits += (size_t)m;

@@ -178,4 +178,109 @@ int ds_bloom_read(ds_bloom *b, const uint8_t *buf, size_t len);
 /* A short, static description of a DS_BLOOM_* code. */
 const char *ds_bloom_strerror(int code);
 
+/* ------------------------------------------------------------------------ */
+/* Hashing (see "Hashing" above), inline here for the probe below.           */
+
+/* fmix64: the remix every key hash goes through first. */
+static inline uint64_t ds_bloom_remix(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= UINT64_C(0xff51afd7ed558ccd);
+    h ^= h >> 33;
+    h *= UINT64_C(0xc4ceb9fe1a85ec53);
+    h ^= h >> 33;
+    return h;
+}
+
+/* The block of remixed hash x: multiply-shift of its high half. */
+static inline uint64_t *ds_bloom_block(uint64_t *bits, uint64_t nblocks, uint64_t x)
+{
+    /* (x >> 32) < 2^32 and nblocks < 2^32: the product cannot overflow. */
+    return bits + (DS_BLOOM_BLOCK_BYTES / 8) * (((x >> 32) * nblocks) >> 32);
+}
+
+/* The next probe state: multiplication mod 2^32, done in 64 bits so no
+ * integer promotion can make it a signed (undefined) overflow. */
+static inline uint32_t ds_bloom_next_probe(uint32_t p)
+{
+    return (uint32_t)((uint64_t)p * UINT64_C(0x9e3779b9));
+}
+
+/* ------------------------------------------------------------------------ */
+/* One key hash against many filters.                                        */
+
+/* A claim tests one key against every live and sealed filter of its
+ * namespace (a dozen and more, all of one or two k). ds_bloom_maybe would
+ * remix the hash and walk its k in-block positions again for each; a probe
+ * remixes it once and makes its positions once per k, as a mask of the
+ * block's 512 bits, so that each filter's test is its block's eight words
+ * against that mask: (block & mask) == mask exactly when every one of the k
+ * bits is set, which is ds_bloom_maybe's answer (a position repeated among
+ * the k sets the same bit). */
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(DS_BLOOM_NO_VECTORS)
+/* Two words at a time (SSE2 on x86-64, NEON on arm64): a block and a mask
+ * are 64-byte and 16-byte aligned, and GCC's vector types alias their
+ * element type. DS_BLOOM_NO_VECTORS: the plain loop (the C tests run both). */
+#define DS_BLOOM_VECTORS 1
+typedef uint64_t ds_bloom_v2 __attribute__((vector_size(16)));
+#define DS_BLOOM_ALIGNED16 __attribute__((aligned(16)))
+#else
+#define DS_BLOOM_ALIGNED16
+#endif
+
+typedef struct {
+    uint64_t x;                                 /* ds_bloom_remix of the key hash */
+    unsigned k;                                 /* the probes in mask; 0: none made yet */
+    uint64_t mask[DS_BLOOM_BLOCK_BYTES / 8] DS_BLOOM_ALIGNED16;
+} ds_bloom_probe;
+
+static inline void ds_bloom_probe_init(ds_bloom_probe *q, uint64_t h)
+{
+    q->x = ds_bloom_remix(h);
+    q->k = 0;
+}
+
+/* Starts fetching the block ds_bloom_probe_maybe(b, q) reads (none for an
+ * empty filter), as ds_bloom_prefetch does. */
+static inline void ds_bloom_probe_prefetch(const ds_bloom *b, const ds_bloom_probe *q)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    if (b->nblocks)
+        __builtin_prefetch(ds_bloom_block(b->bits, b->nblocks, q->x), 0, 3);
+#else
+    (void)b;
+    (void)q;
+#endif
+}
+
+/* ds_bloom_maybe(b, h) for the h q was made from. b must be initialised. */
+static inline int ds_bloom_probe_maybe(const ds_bloom *b, ds_bloom_probe *q)
+{
+    const uint64_t *blk;
+    uint64_t missing = 0;
+    unsigned i;
+    if (q->k != b->k) {
+        uint32_t p = (uint32_t)q->x;
+        for (i = 0; i < DS_BLOOM_BLOCK_BYTES / 8; i++)
+            q->mask[i] = 0;
+        for (i = 0; i < b->k; i++) {
+            q->mask[p >> 29] |= UINT64_C(1) << ((p >> 23) & 63);
+            p = ds_bloom_next_probe(p);
+        }
+        q->k = b->k;
+    }
+    blk = ds_bloom_block(b->bits, b->nblocks, q->x);
+#ifdef DS_BLOOM_VECTORS
+    {
+        const ds_bloom_v2 *m = (const ds_bloom_v2 *)q->mask, *v = (const ds_bloom_v2 *)blk;
+        ds_bloom_v2 w = (m[0] & ~v[0]) | (m[1] & ~v[1]) | (m[2] & ~v[2]) | (m[3] & ~v[3]);
+        missing = w[0] | w[1];
+    }
+#else
+    for (i = 0; i < DS_BLOOM_BLOCK_BYTES / 8; i++)
+        missing |= q->mask[i] & ~blk[i];
+#endif
+    return missing == 0;
+}
+
 #endif

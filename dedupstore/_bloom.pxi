@@ -42,6 +42,13 @@ cdef extern from "ds_bloom.h":
     size_t ds_bloom_write(const ds_bloom *b, uint8_t *out)
     int ds_bloom_read(ds_bloom *b, const uint8_t *buf, size_t length)
     const char *ds_bloom_strerror(int code)
+    # One key hash tested against many filters (ds_bloom.h, inline there).
+    ctypedef struct ds_bloom_probe:
+        uint64_t x
+        unsigned k
+    void ds_bloom_probe_init(ds_bloom_probe *q, uint64_t h) noexcept nogil
+    void ds_bloom_probe_prefetch(const ds_bloom *b, const ds_bloom_probe *q) noexcept nogil
+    int ds_bloom_probe_maybe(const ds_bloom *b, ds_bloom_probe *q) noexcept nogil
 
 
 # Domain string of BloomFilter.hasher_tag: a fingerprint of a store's secret.

@@ -1291,6 +1291,9 @@ cdef class Space:
         cdef bytes probe = kb
         cdef bint used = False, skip
         cdef const ds_bloom *bf
+        cdef ds_bloom_probe q
+        if hashed:
+            ds_bloom_probe_init(&q, h)
         if PyDict_Size(self.blooms) != self._bl_size:
             self._index_blooms()
         cdef _FilterTable bl = self._bl  # kept: a table made meanwhile leaves this one whole
@@ -1305,10 +1308,10 @@ cdef class Space:
             if g >= bl.base and <Py_ssize_t>(g - bl.base) < bl.n and bl.f[g - bl.base].nblocks:
                 bf = &bl.f[g - bl.base]
                 if not hashed:
-                    h = ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(kb) + C_KEY_PREFIX_BYTES,
-                                     PyBytes_GET_SIZE(kb) - C_KEY_PREFIX_BYTES)
+                    ds_bloom_probe_init(&q, ds_siphash64(&self.hasher.key, PyBytes_AS_STRING(kb) + C_KEY_PREFIX_BYTES,
+                                                         PyBytes_GET_SIZE(kb) - C_KEY_PREFIX_BYTES))
                     hashed = True
-                if ds_bloom_maybe(bf, h):
+                if ds_bloom_probe_maybe(bf, &q):
                     self.bloom_maybes += 1
                 else:
                     self.bloom_skips += 1
@@ -1425,10 +1428,12 @@ cdef class Space:
         # there are filters, where the prefetches overlap them).
         cdef _FilterTable t
         cdef Py_ssize_t i
+        cdef ds_bloom_probe q
+        ds_bloom_probe_init(&q, h)
         if self.live is not None:
             t = self._live_table()
             for i in range(t.n):
-                ds_bloom_prefetch(&t.f[i], h)
+                ds_bloom_probe_prefetch(&t.f[i], &q)
         if PyDict_Size(self.blooms) != self._bl_size:
             self._index_blooms()
         t = self._bl
@@ -1440,7 +1445,7 @@ cdef class Space:
         if <Py_ssize_t>(top - t.base) + 1 < hi:
             hi = <Py_ssize_t>(top - t.base) + 1
         for i in range(lo, hi):
-            ds_bloom_prefetch(&t.f[i], h)  # none where nblocks is 0
+            ds_bloom_probe_prefetch(&t.f[i], &q)  # none where nblocks is 0
         return 0
 
     cdef int prefetch_early(self, bytes key) except -1:
@@ -1499,10 +1504,12 @@ cdef class Space:
         cdef _FilterTable t = self._live_table()
         cdef LiveFilter lf
         cdef Py_ssize_t i, j
+        cdef ds_bloom_probe q
+        ds_bloom_probe_init(&q, h)
         hits.n = 0
         for j in range(t.nf):
             for i in range(t.start[j], t.start[j + 1]):
-                if ds_bloom_maybe(&t.f[i], h):
+                if ds_bloom_probe_maybe(&t.f[i], &q):
                     lf = <LiveFilter>t.refs[j]
                     _hits_add(hits, lf.lo, lf.hi)
                     break

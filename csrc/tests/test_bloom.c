@@ -311,6 +311,54 @@ static void test_bulk(void)
  * absent keys out; the bound is wide enough for sampling noise (the run is
  * deterministic, so this is about the filter, not about luck) and narrow enough
  * to catch a filter that is off by a constant factor or misses its sizing. */
+/* ds_bloom_probe: one key hash against many filters of several k, each
+ * answer ds_bloom_maybe's. The filters are small and well filled so that
+ * both answers come up often; one probe goes from filter to filter, its k
+ * changing from one to the next, as a claim's goes from its live filters to
+ * its sealed ones. */
+static void test_probe(void)
+{
+    enum { NF = 8, NQ = 20000 };
+    static const unsigned ks[NF] = {6, 7, 6, 1, 32, 9, 9, 12};
+    ds_bloom f[NF], empty = {0};
+    unsigned long yes = 0, no = 0;
+    int agree = 1, prefix_ok = 1;
+
+    for (int j = 0; j < NF; j++) {
+        CHECK_EQ(ds_bloom_init(&f[j], 3 + (uint64_t)j, ks[j]), DS_BLOOM_OK);
+        for (uint64_t i = 0; i < 60 * (3 + (uint64_t)j) / (ks[j] > 9 ? 4 : 1); i++)
+            ds_bloom_add(&f[j], key_hash("probe", (uint64_t)j * 1000003u + i));
+    }
+    for (uint64_t i = 0; i < NQ; i++) {
+        /* Half of them keys some filter holds, half keys none does. */
+        uint64_t h = i % 2 ? key_hash("probe", (i / 2) % 180) : key_hash("absent", i);
+        ds_bloom_probe q;
+        ds_bloom_probe_init(&q, h);
+        ds_bloom_probe_prefetch(&empty, &q); /* no block: nothing fetched */
+        for (int j = 0; j < NF; j++) {
+            int m = ds_bloom_maybe(&f[j], h);
+            ds_bloom_probe_prefetch(&f[j], &q);
+            agree &= ds_bloom_probe_maybe(&f[j], &q) == m;
+            agree &= ds_bloom_probe_maybe(&f[j], &q) == m; /* its mask kept */
+            if (m)
+                yes++;
+            else
+                no++;
+        }
+        /* A fresh probe at the largest k first, then a smaller one: the mask
+         * is made again for each, not kept from a larger k. */
+        ds_bloom_probe_init(&q, h);
+        prefix_ok &= ds_bloom_probe_maybe(&f[4], &q) == ds_bloom_maybe(&f[4], h);
+        prefix_ok &= ds_bloom_probe_maybe(&f[3], &q) == ds_bloom_maybe(&f[3], h);
+    }
+    CHECK(agree);
+    CHECK(prefix_ok);
+    /* Both answers came up, or the agreement says little. */
+    CHECK(yes > NQ / 4 && no > NQ / 4);
+    for (int j = 0; j < NF; j++)
+        ds_bloom_free(&f[j]);
+}
+
 static void check_fp_rate(double rate, uint64_t n, uint64_t probes, int structured)
 {
     uint64_t nb;
@@ -553,6 +601,7 @@ int main(void)
     test_one_block();
     test_no_false_negatives();
     test_bulk();
+    test_probe();
     test_fp_rate();
     test_round_trip();
     test_refusals();
