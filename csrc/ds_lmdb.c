@@ -18,8 +18,6 @@ static int bind_engine(void *handle, const char *prefix, ds_lmdb_engine *e) {
     *(void **)&e->field = dlsym(handle, name);              \
     if (e->field == NULL)                                   \
         return -1;
-    DS_BIND(put, "put")
-    DS_BIND(del, "del")
     DS_BIND(get, "get")
     DS_BIND(txn_env, "txn_env")
     DS_BIND(strerror, "strerror")
@@ -27,6 +25,7 @@ static int bind_engine(void *handle, const char *prefix, ds_lmdb_engine *e) {
     DS_BIND(cursor_close, "cursor_close")
     DS_BIND(cursor_get, "cursor_get")
     DS_BIND(cursor_del, "cursor_del")
+    DS_BIND(cursor_put, "cursor_put")
 #undef DS_BIND
     return e->table == NULL ? -1 : 0;
 }
@@ -61,23 +60,40 @@ const ds_lmdb_engine *ds_lmdb_engine_of(const ds_lmdb *api, const void *table) {
 
 int ds_lmdb_write_all(const ds_lmdb_engine *e, void *txn, const ds_lmdb_write *w, size_t n, size_t *done) {
     ds_mdb_val key, val;
+    void *cur = NULL;
+    unsigned int cur_dbi = 0;
     size_t i;
     int rc = 0;
+
     for (i = 0; i < n; i++) {
+        if (cur == NULL || w[i].dbi != cur_dbi) {
+            if (cur != NULL)
+                e->cursor_close(cur);
+            cur = NULL;
+            rc = e->cursor_open(txn, w[i].dbi, &cur);
+            if (rc != 0)
+                break;
+            cur_dbi = w[i].dbi;
+        }
         key.mv_size = w[i].key_len;
         key.mv_data = (void *)w[i].key;
         if (w[i].del) {
-            rc = e->del(txn, w[i].dbi, &key, NULL);
-            if (rc == DS_MDB_NOTFOUND)
+            /* mdb_del's two steps: find the key, delete it (absent: no error). */
+            rc = e->cursor_get(cur, &key, &val, DS_MDB_SET);
+            if (rc == 0)
+                rc = e->cursor_del(cur, 0);
+            else if (rc == DS_MDB_NOTFOUND)
                 rc = 0;
         } else {
             val.mv_size = w[i].val_len;
             val.mv_data = (void *)w[i].val;
-            rc = e->put(txn, w[i].dbi, &key, &val, 0);
+            rc = e->cursor_put(cur, &key, &val, 0);
         }
         if (rc != 0)
             break;
     }
+    if (cur != NULL)
+        e->cursor_close(cur);
     *done = i;
     return rc;
 }

@@ -42,13 +42,12 @@ typedef struct ds_mdb_val {
 /* lmdb.h's MDB_cursor_op values used here. */
 #define DS_MDB_GET_CURRENT 4
 #define DS_MDB_NEXT 8
+#define DS_MDB_SET 15
 #define DS_MDB_SET_RANGE 17
 
 /* One engine's functions (opaque MDB_txn, MDB_dbi as unsigned int). */
 typedef struct ds_lmdb_engine {
     const void *table;  /* py-lmdb's function table for the engine: its identity */
-    int (*put)(void *txn, unsigned int dbi, ds_mdb_val *key, ds_mdb_val *data, unsigned int flags);
-    int (*del)(void *txn, unsigned int dbi, ds_mdb_val *key, ds_mdb_val *data);
     int (*get)(void *txn, unsigned int dbi, ds_mdb_val *key, ds_mdb_val *data);
     void *(*txn_env)(void *txn);
     const char *(*strerror)(int err);
@@ -56,6 +55,7 @@ typedef struct ds_lmdb_engine {
     void (*cursor_close)(void *cursor);
     int (*cursor_get)(void *cursor, ds_mdb_val *key, ds_mdb_val *data, int op);
     int (*cursor_del)(void *cursor, unsigned int flags);
+    int (*cursor_put)(void *cursor, ds_mdb_val *key, ds_mdb_val *data, unsigned int flags);
 } ds_lmdb_engine;
 
 /* What ds_lmdb_bind found: up to two engines. */
@@ -88,7 +88,14 @@ typedef struct ds_lmdb_write {
  * error's LMDB code (``*done``: the writes made before it; LMDB has then
  * marked the transaction failed, and it can only be aborted). Takes no lock
  * of its own and calls no Python: run it without the GIL, from the only
- * thread using ``txn`` meanwhile. */
+ * thread using ``txn`` meanwhile.
+ *
+ * The writes are made through one cursor per run of writes to the same
+ * database, not by mdb_put and mdb_del (each of which searches from the
+ * root with a cursor of its own): a cursor that stands on a leaf looks
+ * there first (mdb_cursor_set), so of keys in order, each that falls on
+ * the leaf of the one before skips the search. The writes made are
+ * mdb_put's and mdb_del's, key for key. */
 int ds_lmdb_write_all(const ds_lmdb_engine *e, void *txn, const ds_lmdb_write *w, size_t n, size_t *done);
 
 /* Delete, in write transaction ``txn``, the keys of database ``dbi`` that

@@ -156,6 +156,40 @@ def test_claims_read_applied_records_the_same_either_way(tmp_path: Path, lmdb_wa
         assert s.claim("n", "never", {"i": 0}).status is Status.NEW
 
 
+
+def test_dense_deletes_and_puts_in_key_order_are_py_lmdbs(tmp_path: Path) -> None:
+    # The direct way writes each database's keys in order through one
+    # cursor, which looks on its current leaf before searching from the
+    # root: deletes of most of a deep tree (leaves emptied and merged under
+    # the cursor), absent keys among them, then puts into the gaps and past
+    # the end, must leave what py-lmdb's own deletes and puts leave.
+    ways = {}
+    for way in ("direct", "py-lmdb"):
+        e = lmdb.open(str(tmp_path / way), max_dbs=4, map_size=1 << 27)
+        dbs = {1: e.open_db(b"one"), 2: e.open_db(b"two")}
+        with e.begin(write=True) as txn:
+            for i in range(8000):
+                txn.put(b"k%05d" % i, b"v" * 400, db=dbs[1 + i % 2])
+            assert all(txn.stat(db)["depth"] >= 3 for db in dbs.values())
+        r = random.Random(11)
+        deletes = sorted((1 + i % 2, b"k%05d" % i) for i in range(8200) if r.random() < 0.85)
+        puts = [(code, sorted({b"k%05d" % r.randrange(9000) + b"p": b"w" * r.randrange(1, 900)
+                               for _ in range(1500)}.items())) for code in (1, 2)]
+        txn = e.begin(write=True)
+        if way == "direct":
+            assert _native.lmdb_write(txn, dbs, puts, deletes)
+        else:
+            for code, key in deletes:
+                txn.delete(key, db=dbs[code])
+            for code, items in puts:
+                for key, value in items:
+                    txn.put(key, value, db=dbs[code])
+        txn.commit()
+        ways[way] = _contents(e, dbs)
+        e.close()
+    assert ways["direct"] == ways["py-lmdb"]
+    assert 2000 < sum(len(v) for v in ways["direct"].values()) < 8000
+
 def _overlay_with_writes(e: Any, dbs: dict[int, Any], seed: int) -> Any:
     # An overlay over ``e`` (whose databases hold some keys) with puts
     # (new and overwriting) and deletes (of present keys, and of keys put
