@@ -307,10 +307,6 @@ static void test_bulk(void)
     free(out);
 }
 
-/* Measured false-positive rate against the configured one. n keys in, probes
- * absent keys out; the bound is wide enough for sampling noise (the run is
- * deterministic, so this is about the filter, not about luck) and narrow enough
- * to catch a filter that is off by a constant factor or misses its sizing. */
 /* ds_bloom_probe: one key hash against many filters of several k, each
  * answer ds_bloom_maybe's. The filters are small and well filled so that
  * both answers come up often; one probe goes from filter to filter, its k
@@ -330,7 +326,8 @@ static void test_probe(void)
             ds_bloom_add(&f[j], key_hash("probe", (uint64_t)j * 1000003u + i));
     }
     for (uint64_t i = 0; i < NQ; i++) {
-        /* Half of them keys some filter holds, half keys none does. */
+        /* Half of them keys the first filter holds, half keys none holds
+         * (the others, small and full, say "maybe" to many of them). */
         uint64_t h = i % 2 ? key_hash("probe", (i / 2) % 180) : key_hash("absent", i);
         ds_bloom_probe q;
         ds_bloom_probe_init(&q, h);
@@ -354,11 +351,15 @@ static void test_probe(void)
     CHECK(agree);
     CHECK(prefix_ok);
     /* Both answers came up, or the agreement says little. */
-    CHECK(yes > NQ / 4 && no > NQ / 4);
+    CHECK(yes > NQ * NF / 20 && no > NQ * NF / 2);
     for (int j = 0; j < NF; j++)
         ds_bloom_free(&f[j]);
 }
 
+/* Measured false-positive rate against the configured one. n keys in, probes
+ * absent keys out; the bound is wide enough for sampling noise (the run is
+ * deterministic, so this is about the filter, not about luck) and narrow enough
+ * to catch a filter that is off by a constant factor or misses its sizing. */
 static void check_fp_rate(double rate, uint64_t n, uint64_t probes, int structured)
 {
     uint64_t nb;
