@@ -35,19 +35,18 @@ def test_the_direct_way_is_found_with_py_lmdb_3() -> None:
     assert _native.lmdb_direct() == (True, "")
 
 
-def test_writes_are_the_same_as_py_lmdbs(tmp_path: Path) -> None:
+def _both_ways(tmp_path: Path, fill: Any, writes: Any, map_size: int = 1 << 26) -> dict[str, Any]:
+    # Two environments, each filled by ``fill(txn, dbs)``, then given the
+    # writes ``writes()`` makes (puts, then deletes, as lmdb_write takes
+    # them; the same both times): by lmdb_write in one, by py-lmdb's own
+    # deletes and puts in the other. Their contents, by way.
     ways = {}
     for way in ("direct", "py-lmdb"):
-        e = lmdb.open(str(tmp_path / way), max_dbs=4, map_size=1 << 26)
+        e = lmdb.open(str(tmp_path / way), max_dbs=4, map_size=map_size)
         dbs = {1: e.open_db(b"one"), 2: e.open_db(b"two")}
         with e.begin(write=True) as txn:
-            for i in range(0, 3000, 3):
-                txn.put(b"k%05d" % i, b"old", db=dbs[1 + i % 2])
-        r = random.Random(7)  # the same writes both ways
-        puts = [(code, sorted({b"k%05d" % r.randrange(3000): b"v" * r.randrange(1, 600) for _ in range(800)}.items()))
-                for code in (1, 2)]
-        deletes = [(1 + j % 2, b"k%05d" % j) for j in range(0, 3000, 7)]  # some absent: no error
-        deletes = [(c, k) for c, k in deletes if all(k not in dict(items) for _, items in puts)]
+            fill(txn, dbs)
+        puts, deletes = writes()
         txn = e.begin(write=True)
         if way == "direct":
             assert _native.lmdb_write(txn, dbs, puts, deletes)
@@ -55,12 +54,52 @@ def test_writes_are_the_same_as_py_lmdbs(tmp_path: Path) -> None:
             for code, key in deletes:
                 txn.delete(key, db=dbs[code])
             for code, items in puts:
-                txn.cursor(db=dbs[code]).putmulti(items)
+                for key, value in items:
+                    txn.put(key, value, db=dbs[code])
         txn.commit()
         ways[way] = _contents(e, dbs)
         e.close()
+    return ways
+
+
+def test_writes_are_the_same_as_py_lmdbs(tmp_path: Path) -> None:
+    def fill(txn: Any, dbs: dict[int, Any]) -> None:
+        for i in range(0, 3000, 3):
+            txn.put(b"k%05d" % i, b"old", db=dbs[1 + i % 2])
+
+    def writes() -> tuple[list[Any], list[Any]]:
+        r = random.Random(7)
+        puts = [(code, sorted({b"k%05d" % r.randrange(3000): b"v" * r.randrange(1, 600) for _ in range(800)}.items()))
+                for code in (1, 2)]
+        deletes = [(1 + j % 2, b"k%05d" % j) for j in range(0, 3000, 7)]  # some absent: no error
+        return puts, [(c, k) for c, k in deletes if all(k not in dict(items) for _, items in puts)]
+
+    ways = _both_ways(tmp_path, fill, writes)
     assert ways["direct"] == ways["py-lmdb"]
     assert sum(len(v) for v in ways["direct"].values()) > 1000
+
+
+def test_dense_deletes_and_puts_in_key_order_are_py_lmdbs(tmp_path: Path) -> None:
+    # The direct way writes each database's keys in order through one
+    # cursor, which looks on its current leaf before searching from the
+    # root: deletes of most of a deep tree (leaves emptied and merged under
+    # the cursor), absent keys among them, then puts into the gaps and past
+    # the end, must leave what py-lmdb's own deletes and puts leave.
+    def fill(txn: Any, dbs: dict[int, Any]) -> None:
+        for i in range(8000):
+            txn.put(b"k%05d" % i, b"v" * 400, db=dbs[1 + i % 2])
+        assert all(txn.stat(db)["depth"] >= 3 for db in dbs.values())
+
+    def writes() -> tuple[list[Any], list[Any]]:
+        r = random.Random(11)
+        deletes = sorted((1 + i % 2, b"k%05d" % i) for i in range(8200) if r.random() < 0.85)
+        puts = [(code, sorted({b"k%05d" % r.randrange(9000) + b"p": b"w" * r.randrange(1, 900)
+                               for _ in range(1500)}.items())) for code in (1, 2)]
+        return puts, deletes
+
+    ways = _both_ways(tmp_path, fill, writes, map_size=1 << 27)
+    assert ways["direct"] == ways["py-lmdb"]
+    assert 2000 < sum(len(v) for v in ways["direct"].values()) < 8000
 
 
 def test_a_cursor_of_the_transaction_sees_the_direct_writes(env: tuple[Any, dict[int, Any]]) -> None:
@@ -155,40 +194,6 @@ def test_claims_read_applied_records_the_same_either_way(tmp_path: Path, lmdb_wa
         assert s.claim("n", "k1", {"i": -1}).status is Status.CONFLICT
         assert s.claim("n", "never", {"i": 0}).status is Status.NEW
 
-
-
-def test_dense_deletes_and_puts_in_key_order_are_py_lmdbs(tmp_path: Path) -> None:
-    # The direct way writes each database's keys in order through one
-    # cursor, which looks on its current leaf before searching from the
-    # root: deletes of most of a deep tree (leaves emptied and merged under
-    # the cursor), absent keys among them, then puts into the gaps and past
-    # the end, must leave what py-lmdb's own deletes and puts leave.
-    ways = {}
-    for way in ("direct", "py-lmdb"):
-        e = lmdb.open(str(tmp_path / way), max_dbs=4, map_size=1 << 27)
-        dbs = {1: e.open_db(b"one"), 2: e.open_db(b"two")}
-        with e.begin(write=True) as txn:
-            for i in range(8000):
-                txn.put(b"k%05d" % i, b"v" * 400, db=dbs[1 + i % 2])
-            assert all(txn.stat(db)["depth"] >= 3 for db in dbs.values())
-        r = random.Random(11)
-        deletes = sorted((1 + i % 2, b"k%05d" % i) for i in range(8200) if r.random() < 0.85)
-        puts = [(code, sorted({b"k%05d" % r.randrange(9000) + b"p": b"w" * r.randrange(1, 900)
-                               for _ in range(1500)}.items())) for code in (1, 2)]
-        txn = e.begin(write=True)
-        if way == "direct":
-            assert _native.lmdb_write(txn, dbs, puts, deletes)
-        else:
-            for code, key in deletes:
-                txn.delete(key, db=dbs[code])
-            for code, items in puts:
-                for key, value in items:
-                    txn.put(key, value, db=dbs[code])
-        txn.commit()
-        ways[way] = _contents(e, dbs)
-        e.close()
-    assert ways["direct"] == ways["py-lmdb"]
-    assert 2000 < sum(len(v) for v in ways["direct"].values()) < 8000
 
 def _overlay_with_writes(e: Any, dbs: dict[int, Any], seed: int) -> Any:
     # An overlay over ``e`` (whose databases hold some keys) with puts
