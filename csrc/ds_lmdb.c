@@ -102,21 +102,37 @@ static int has_prefix(const ds_mdb_val *key, const void *prefix, size_t prefix_l
     return key->mv_size >= prefix_len && memcmp(key->mv_data, prefix, prefix_len) == 0;
 }
 
+/* In ds_lmdb_delete_prefix's first pass, every THIN_KEEP-th key is kept. */
+#define THIN_KEEP 4
+
+/* The end of the database, for a cursor that was walking: NOTFOUND, or
+ * EINVAL from GET_CURRENT past the last key (only after a delete). */
+static int walked_off(int rc, long deleted) {
+    return rc == DS_MDB_NOTFOUND || (rc == EINVAL && deleted > 0);
+}
+
 int ds_lmdb_delete_prefix(const ds_lmdb_engine *e, void *txn, unsigned int dbi, const void *prefix, size_t prefix_len,
                           long budget, long *deleted, int *more) {
     void *cur;
     ds_mdb_val key = {prefix_len, (void *)prefix}, val;
-    long n = 0;
+    long n = 0, seen = 0, kept = 0;
     int rc = e->cursor_open(txn, dbi, &cur);
     *deleted = 0;
     *more = 0;
     if (rc != 0)
         return rc;
+    /* First pass: of the first ``budget`` keys with the prefix, all but
+     * every THIN_KEEP-th. */
     rc = e->cursor_get(cur, &key, &val, DS_MDB_SET_RANGE);
     while (rc == 0 && has_prefix(&key, prefix, prefix_len)) {
-        if (n == budget) {
+        if (seen == budget) {
             *more = 1;
             break;
+        }
+        if (seen++ % THIN_KEEP == 0) {
+            kept++;
+            rc = e->cursor_get(cur, &key, &val, DS_MDB_NEXT);
+            continue;
         }
         rc = e->cursor_del(cur, 0);
         if (rc != 0)
@@ -125,10 +141,24 @@ int ds_lmdb_delete_prefix(const ds_lmdb_engine *e, void *txn, unsigned int dbi, 
         /* After a delete the cursor stands on the next key, if any. */
         rc = e->cursor_get(cur, &key, &val, DS_MDB_GET_CURRENT);
     }
-    /* The end of the database: NOTFOUND (or EINVAL, from GET_CURRENT past
-     * the last key). */
-    if (rc == DS_MDB_NOTFOUND || (rc == EINVAL && n > 0))
+    if (walked_off(rc, n))
         rc = 0;
+    /* Second pass: the keys kept, now the first ones with the prefix. */
+    if (rc == 0 && kept > 0) {
+        key.mv_size = prefix_len;
+        key.mv_data = (void *)prefix;
+        rc = e->cursor_get(cur, &key, &val, DS_MDB_SET_RANGE);
+        while (rc == 0 && kept > 0 && has_prefix(&key, prefix, prefix_len)) {
+            rc = e->cursor_del(cur, 0);
+            if (rc != 0)
+                break;
+            n++;
+            kept--;
+            rc = e->cursor_get(cur, &key, &val, DS_MDB_GET_CURRENT);
+        }
+        if (walked_off(rc, n))
+            rc = 0;
+    }
     e->cursor_close(cur);
     *deleted = n;
     return rc;

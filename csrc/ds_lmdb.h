@@ -98,11 +98,18 @@ typedef struct ds_lmdb_write {
  * mdb_put's and mdb_del's, key for key. */
 int ds_lmdb_write_all(const ds_lmdb_engine *e, void *txn, const ds_lmdb_write *w, size_t n, size_t *done);
 
-/* Delete, in write transaction ``txn``, the keys of database ``dbi`` that
- * begin with ``prefix``, in key order, at most ``budget`` of them: 0, or an
- * LMDB error code (the transaction is then failed). ``*deleted``: how many
- * went; ``*more``: 1 if a key with the prefix is left (the budget ran out).
- * Without the GIL, as ds_lmdb_write_all. */
+/* Delete, in write transaction ``txn``, the first ``budget`` keys of
+ * database ``dbi`` that begin with ``prefix`` (all of them if fewer): 0, or
+ * an LMDB error code (the transaction is then failed). ``*deleted``: how
+ * many went; ``*more``: 1 if a key with the prefix is left (the budget ran
+ * out). Without the GIL, as ds_lmdb_write_all.
+ *
+ * In two passes: all but every fourth of those keys, then the ones kept.
+ * Deleted in key order, once the first leaf fell under LMDB's fill
+ * threshold every further delete made mdb_rebalance move one node into it
+ * from its full neighbour, so that nearly every key was moved once before
+ * it went; thinned first, the same keys take about a third fewer
+ * instructions a delete (docs/benchmarks.md). */
 int ds_lmdb_delete_prefix(const ds_lmdb_engine *e, void *txn, unsigned int dbi, const void *prefix, size_t prefix_len,
                           long budget, long *deleted, int *more);
 

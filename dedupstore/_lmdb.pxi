@@ -368,6 +368,15 @@ cdef object _lmdb_delete_prefix(object txn, object db, bytes prefix, long budget
     return (deleted, more != 0)
 
 
+def lmdb_delete_prefix(txn, db, bytes prefix, long budget):
+    """Delete, in py-lmdb write transaction ``txn``, the first ``budget``
+    keys of ``db`` that begin with ``prefix`` (all of them if fewer), as an
+    eviction step deletes a generation's records: (deleted, True if a key
+    with the prefix is left), or None, nothing deleted, if LMDB's own calls
+    are not available (lmdb_direct). For the tests."""
+    return _lmdb_delete_prefix(txn, db, prefix, budget)
+
+
 cdef object _lmdb_get(object txn, bytes key, object db):
     # ``txn.get(key, None, db)``: by LMDB's own mdb_get where ``txn`` is a
     # py-lmdb transaction that checks out, holding the GIL throughout (a

@@ -102,6 +102,30 @@ def test_dense_deletes_and_puts_in_key_order_are_py_lmdbs(tmp_path: Path) -> Non
     assert 2000 < sum(len(v) for v in ways["direct"].values()) < 8000
 
 
+@pytest.mark.parametrize("budget", [0, 1, 3, 4, 5, 8, 499, 500, 2999, 3000, 3001, 10_000])
+def test_a_prefix_is_deleted_from_its_first_key_up_to_the_budget(tmp_path: Path, budget: int) -> None:
+    # An eviction step's deletes (two passes: most keys first, then the
+    # ones kept) take exactly the first ``budget`` keys with the prefix, in
+    # a tree deep enough to merge and rebalance, and nothing around them.
+    e = lmdb.open(str(tmp_path / "env"), max_dbs=4, map_size=1 << 27)
+    db = e.open_db(b"records")
+    r = random.Random(3)
+    prefix = b"\x00\x01\x00\x00\x00\x05"
+    mine = sorted(prefix + b"%016x" % r.getrandbits(64) for _ in range(3000))
+    neighbours = (prefix[:-1] + b"\x04", prefix[:-1] + b"\x06")  # the generations before and after
+    around = [p + b"%016x" % r.getrandbits(64) for p in neighbours for _ in range(500)]
+    with e.begin(write=True) as txn:
+        for k in mine + around:
+            txn.put(k, b"v" * 300, db=db)
+        assert txn.stat(db)["depth"] >= 3
+    with e.begin(write=True) as txn:
+        assert _native.lmdb_delete_prefix(txn, db, prefix, budget) == (min(budget, 3000), budget < 3000)
+        left = [k for k, _ in txn.cursor(db=db)]
+        txn.abort()
+    assert left == sorted(mine[budget:] + around)
+    e.close()
+
+
 def test_a_cursor_of_the_transaction_sees_the_direct_writes(env: tuple[Any, dict[int, Any]]) -> None:
     e, dbs = env
     with e.begin(write=True) as txn:
