@@ -153,11 +153,6 @@ void ds_bloom_add(ds_bloom *b, uint64_t h);
 /* 0: the key was certainly never added; 1: it may have been. b must be initialised. */
 int ds_bloom_maybe(const ds_bloom *b, uint64_t h);
 
-/* Start fetching the block ds_bloom_maybe(b, h) reads, and return at once: a
- * key tested against several filters prefetches each first, so their cache
- * misses overlap instead of following one another. */
-void ds_bloom_prefetch(const ds_bloom *b, uint64_t h);
-
 /* Bulk forms (they prefetch blocks a few keys ahead). out[i] = ds_bloom_maybe(b, h[i]);
  * ds_bloom_maybe_many returns the number of maybes. */
 void ds_bloom_add_many(ds_bloom *b, const uint64_t *h, size_t n);
@@ -180,6 +175,14 @@ const char *ds_bloom_strerror(int code);
 
 /* ------------------------------------------------------------------------ */
 /* Hashing (see "Hashing" above), inline here for the probe below.           */
+
+#if defined(__GNUC__) || defined(__clang__)
+#define DS_BLOOM_PREFETCH_R(p) __builtin_prefetch((p), 0, 3)
+#define DS_BLOOM_PREFETCH_W(p) __builtin_prefetch((p), 1, 3)
+#else
+#define DS_BLOOM_PREFETCH_R(p) ((void)(p))
+#define DS_BLOOM_PREFETCH_W(p) ((void)(p))
+#endif
 
 /* fmix64: the remix every key hash goes through first. */
 static inline uint64_t ds_bloom_remix(uint64_t h)
@@ -240,17 +243,14 @@ static inline void ds_bloom_probe_init(ds_bloom_probe *q, uint64_t h)
     q->k = 0;
 }
 
-/* Starts fetching the block ds_bloom_probe_maybe(b, q) reads (none for an
- * empty filter), as ds_bloom_prefetch does. */
+/* Start fetching the block ds_bloom_probe_maybe(b, q) reads (none for an
+ * empty filter), and return at once: a key tested against several filters
+ * prefetches each first, so their cache misses overlap instead of following
+ * one another. */
 static inline void ds_bloom_probe_prefetch(const ds_bloom *b, const ds_bloom_probe *q)
 {
-#if defined(__GNUC__) || defined(__clang__)
     if (b->nblocks)
-        __builtin_prefetch(ds_bloom_block(b->bits, b->nblocks, q->x), 0, 3);
-#else
-    (void)b;
-    (void)q;
-#endif
+        DS_BLOOM_PREFETCH_R(ds_bloom_block(b->bits, b->nblocks, q->x));
 }
 
 /* ds_bloom_maybe(b, h) for the h q was made from. b must be initialised. */

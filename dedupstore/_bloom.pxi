@@ -35,7 +35,6 @@ cdef extern from "ds_bloom.h":
     size_t ds_bloom_nbytes(const ds_bloom *b)
     void ds_bloom_add(ds_bloom *b, uint64_t h)
     int ds_bloom_maybe(const ds_bloom *b, uint64_t h)
-    void ds_bloom_prefetch(const ds_bloom *b, uint64_t h)
     void ds_bloom_add_many(ds_bloom *b, const uint64_t *h, size_t n)
     size_t ds_bloom_maybe_many(const ds_bloom *b, const uint64_t *h, size_t n, uint8_t *out)
     size_t ds_bloom_serialized_size(const ds_bloom *b)

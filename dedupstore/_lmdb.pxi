@@ -346,10 +346,11 @@ cdef int _lmdb_raise(const ds_lmdb_engine *e, int rc, str what) except -1:
 
 
 cdef object _lmdb_delete_prefix(object txn, object db, bytes prefix, long budget):
-    # Delete, in py-lmdb write transaction ``txn``, up to ``budget`` keys
-    # of ``db`` that begin with ``prefix``, in key order, with LMDB's own
-    # calls and the GIL released once: (deleted, True if a key with the
-    # prefix is left). None, nothing deleted, if that way is not available.
+    # Delete, in py-lmdb write transaction ``txn``, the first ``budget``
+    # keys of ``db`` that begin with ``prefix`` (ds_lmdb_delete_prefix:
+    # in two passes), with LMDB's own calls and the GIL released once:
+    # (deleted, True if a key with the prefix is left). None, nothing
+    # deleted, if that way is not available.
     cdef void *handle = NULL
     cdef const ds_lmdb_engine *e
     cdef unsigned int dbi

@@ -195,7 +195,11 @@ static void test_init_free(void)
     CHECK(b.bits == NULL);
     CHECK_EQ(b.nblocks, 0);
     /* A freed (blockless) filter may be prefetched: nothing is read. */
-    ds_bloom_prefetch(&b, key_hash("empty", 1));
+    {
+        ds_bloom_probe q;
+        ds_bloom_probe_init(&q, key_hash("empty", 1));
+        ds_bloom_probe_prefetch(&b, &q);
+    }
     ds_bloom_free(&b);
 }
 
@@ -242,7 +246,9 @@ static void test_no_false_negatives(void)
     CHECK_EQ(b.nkeys, n);
     for (uint64_t i = 0; i < n; i++) {
         /* A prefetch changes nothing an answer reads. */
-        ds_bloom_prefetch(&b, key_hash("present", i));
+        ds_bloom_probe q;
+        ds_bloom_probe_init(&q, key_hash("present", i));
+        ds_bloom_probe_prefetch(&b, &q);
         missing += !ds_bloom_maybe(&b, key_hash("present", i));
     }
     CHECK_EQ(missing, 0);
