@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent
 
 CSRC = [
     "csrc/ds_hash.c", "csrc/ds_canon.c", "csrc/ds_record.c", "csrc/ds_decide.c", "csrc/ds_bloom.c", "csrc/ds_gsync.c",
-    "csrc/ds_log.c", "csrc/ds_lmdb.c",
+    "csrc/ds_log.c", "csrc/ds_lmdb.c", "csrc/ds_sort.c",
 ]
 
 compile_args = ["-std=c11", "-pthread", "-Wall", "-Wextra", "-Wno-unused-function", "-Wno-unused-parameter"]

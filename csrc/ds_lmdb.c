@@ -75,8 +75,8 @@ int ds_lmdb_write_all(const ds_lmdb_engine *e, void *txn, const ds_lmdb_write *w
                 break;
             cur_dbi = w[i].dbi;
         }
-        key.mv_size = w[i].key_len;
-        key.mv_data = (void *)w[i].key;
+        key.mv_size = w[i].key.len;
+        key.mv_data = (void *)w[i].key.data;
         if (w[i].del) {
             /* mdb_del's two steps: find the key, delete it (absent: no error). */
             rc = e->cursor_get(cur, &key, &val, DS_MDB_SET);

@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "ds_hash.h"
+#include "ds_sort.h"
 
 /* lmdb.h's MDB_val. */
 typedef struct ds_mdb_val {
@@ -74,10 +75,10 @@ int ds_lmdb_bind(ds_lmdb *api, const char *path, char *why, size_t why_len);
 const ds_lmdb_engine *ds_lmdb_engine_of(const ds_lmdb *api, const void *table);
 
 /* One write: a put of ``val`` (overwriting) or, with ``del`` set, a delete
- * (a key that is absent is no error, as py-lmdb's delete). */
+ * (a key that is absent is no error, as py-lmdb's delete). The key comes
+ * first, so that ds_sort_keys sorts an array of them. */
 typedef struct ds_lmdb_write {
-    const void *key;
-    size_t key_len;
+    ds_key_ref key;
     const void *val;
     size_t val_len;
     unsigned int dbi;

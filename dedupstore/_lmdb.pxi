@@ -21,8 +21,7 @@ cdef extern from "ds_lmdb.h":
     ctypedef struct ds_lmdb:
         pass
     ctypedef struct ds_lmdb_write:
-        const void *key
-        size_t key_len
+        ds_key_ref key
         const void *val
         size_t val_len
         unsigned int dbi
@@ -176,8 +175,8 @@ cdef inline int _lmdb_entry(ds_lmdb_write *w, object key, object val, unsigned i
     # 0 if either is not exact bytes.
     if type(key) is not bytes or (val is not None and type(val) is not bytes):
         return 0
-    w.key = PyBytes_AS_STRING(key)
-    w.key_len = PyBytes_GET_SIZE(key)
+    w.key.data = PyBytes_AS_STRING(key)
+    w.key.len = PyBytes_GET_SIZE(key)
     w.dbi = dbi
     w.del_ = val is None
     if val is not None:
@@ -239,13 +238,6 @@ def lmdb_write(txn, dict dbs, list puts, list deletes):
     if rc != 0:
         _lmdb_raise(e, rc, "mdb_del" if done < <size_t>len(deletes) else "mdb_put")
     return True
-
-
-cdef int _write_order(const void *a, const void *b) noexcept nogil:
-    # Two writes by their keys, as _entry_order orders an overlay's.
-    cdef const ds_lmdb_write *x = <const ds_lmdb_write *>a
-    cdef const ds_lmdb_write *y = <const ds_lmdb_write *>b
-    return _bytes_order(x.key, x.key_len, y.key, y.key_len)
 
 
 def lmdb_write_overlay(txn, dict dbs, Overlay ov):
@@ -318,8 +310,8 @@ def lmdb_write_overlay(txn, dict dbs, Overlay ov):
         dstart[3], pstart[3] = nd, np
         with nogil:
             for j in range(3):
-                qsort(&dels[dstart[j]], <size_t>(dstart[j + 1] - dstart[j]), sizeof(ds_lmdb_write), _write_order)
-                qsort(&puts[pstart[j]], <size_t>(pstart[j + 1] - pstart[j]), sizeof(ds_lmdb_write), _write_order)
+                ds_sort_keys(&dels[dstart[j]], <size_t>(dstart[j + 1] - dstart[j]), sizeof(ds_lmdb_write))
+                ds_sort_keys(&puts[pstart[j]], <size_t>(pstart[j + 1] - pstart[j]), sizeof(ds_lmdb_write))
             rc = ds_lmdb_write_all(e, handle, dels, <size_t>nd, &ddone)
             if rc == 0:
                 rc = ds_lmdb_write_all(e, handle, puts, <size_t>np, &done)

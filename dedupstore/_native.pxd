@@ -141,6 +141,13 @@ cdef extern from "ds_log.h":
     int ds_log_recycle(ds_log *l) nogil
 
 
+cdef extern from "ds_sort.h":
+    ctypedef struct ds_key_ref:
+        const void *data
+        size_t len
+    void ds_sort_keys(void *items, size_t n, size_t size) nogil
+
+
 # CPython's own lock: taken and released without the GIL (the window's
 # lock, a log segment's prefault against its unmapping).
 cdef extern from "pythread.h":

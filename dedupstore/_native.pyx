@@ -19,7 +19,7 @@ from cpython.dict cimport PyDict_GetItem, PyDict_Keys, PyDict_Next, PyDict_Size
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_AsSsize_t
 from cpython.ref cimport PyObject, Py_DECREF, Py_INCREF, Py_XDECREF
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.stdlib cimport calloc, free, malloc, qsort, realloc
+from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memcmp, memcpy, memset
 from posix.unistd cimport usleep
 
@@ -2552,31 +2552,16 @@ cdef void _tab_clear(_ovtab *t, bint keep=True) noexcept:
 
 
 cdef struct _entry:
-    const char *data
-    Py_ssize_t size
+    ds_key_ref ref  # first: ds_sort_keys sorts an array of them
     PyObject *key
     PyObject *value
 
 
-cdef inline int _bytes_order(const void *a, size_t an, const void *b, size_t bn) noexcept nogil:
-    # bytes order (LMDB's default): the common prefix, then the shorter first.
-    cdef int c = memcmp(a, b, an if an < bn else bn)
-    if c != 0:
-        return c
-    return (an > bn) - (an < bn)
-
-
-cdef int _entry_order(const void *a, const void *b) noexcept nogil:
-    cdef const _entry *x = <const _entry *>a
-    cdef const _entry *y = <const _entry *>b
-    return _bytes_order(x.data, <size_t>x.size, y.data, <size_t>y.size)
-
-
 cdef Py_ssize_t _sorted_items(const _ovtab *t, int code, list out, list deletes=None) except -1:
     # Every item of ``t`` (an overlay's map of one database) in key order,
-    # sorted with memcmp, which takes a fraction of what sorting them as
-    # Python objects does (an apply lists a few hundred keys, every apply
-    # interval). ``deletes`` None: (code, key, value) of each onto ``out``
+    # sorted in C (ds_sort_keys), which takes a fraction of what sorting
+    # them as Python objects does (an apply lists a few hundred keys, every
+    # apply interval). ``deletes`` None: (code, key, value) of each onto ``out``
     # (Overlay.changes); else (key, value) of each put onto ``out`` and
     # (code, key) of each delete onto ``deletes`` (Overlay.write_set).
     # Returns how many.
@@ -2593,12 +2578,12 @@ cdef Py_ssize_t _sorted_items(const _ovtab *t, int code, list out, list deletes=
         for j in range(t.mask + 1):
             k = t.s[j].key
             if k != NULL and k != _TOMB:
-                items[i].data = PyBytes_AS_STRING(<object>k)
-                items[i].size = PyBytes_GET_SIZE(<object>k)
+                items[i].ref.data = PyBytes_AS_STRING(<object>k)
+                items[i].ref.len = PyBytes_GET_SIZE(<object>k)
                 items[i].key = k
                 items[i].value = t.s[j].value
                 i += 1
-        qsort(items, n, sizeof(_entry), _entry_order)
+        ds_sort_keys(items, n, sizeof(_entry))
         for i in range(n):
             if deletes is None:
                 out.append((code, <object>items[i].key, <object>items[i].value))

@@ -60,8 +60,9 @@ def _sanitizers_work(cc: str, tmp_path: Path) -> bool:
         # The group fdatasync without Linux's futex: its portable wake-ups.
         ("test_gsync", ["-DDS_GSYNC_NO_FUTEX"]),
         ("test_log", []),
+        ("test_sort", []),
     ],
-    ids=["engine", "bloom", "bloom-no-vectors", "gsync", "gsync-no-futex", "log"],
+    ids=["engine", "bloom", "bloom-no-vectors", "gsync", "gsync-no-futex", "log", "sort"],
 )
 def test_c_unit_tests(tmp_path: Path, program: str, defines: list[str]) -> None:
     cc = _compiler()
@@ -69,7 +70,9 @@ def test_c_unit_tests(tmp_path: Path, program: str, defines: list[str]) -> None:
     sources = sorted(CSRC.glob("ds_*.c"))
     # The engine files the extension is built from; an empty glob would
     # "pass" by linking nothing, so insist they are all there.
-    engine = {"ds_hash.c", "ds_canon.c", "ds_record.c", "ds_decide.c", "ds_bloom.c", "ds_gsync.c", "ds_log.c"}
+    engine = {
+        "ds_hash.c", "ds_canon.c", "ds_record.c", "ds_decide.c", "ds_bloom.c", "ds_gsync.c", "ds_log.c", "ds_sort.c",
+    }
     assert {p.name for p in sources} >= engine
     assert test_source.is_file(), test_source
 
