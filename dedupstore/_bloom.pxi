@@ -46,7 +46,7 @@ cdef extern from "ds_bloom.h":
         uint64_t x
         unsigned k
     void ds_bloom_probe_init(ds_bloom_probe *q, uint64_t h) noexcept nogil
-    void ds_bloom_probe_prefetch(const ds_bloom *b, const ds_bloom_probe *q) noexcept nogil
+    void ds_bloom_probe_fetch(const ds_bloom *b, const ds_bloom_probe *q) noexcept nogil
     int ds_bloom_probe_maybe(const ds_bloom *b, ds_bloom_probe *q) noexcept nogil
 
 

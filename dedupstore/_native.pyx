@@ -1421,11 +1421,12 @@ cdef class Space:
         return self.live
 
     cdef int _prefetch(self, uint64_t h, uint32_t top) except -1:
-        # Start fetching every block a new key's probe will test: the live
-        # filters' and the sealed filters' of generations top down to the
-        # oldest. Each filter test is then a cache hit, not one DRAM miss
-        # after another (a new key tests every filter: as many misses as
-        # there are filters, where the prefetches overlap them).
+        # Fetch every block a new key's probe will test: the live filters'
+        # and the sealed filters' of generations top down to the oldest, one
+        # load each that nothing waits for (ds_bloom_probe_fetch). Each
+        # filter test is then a cache hit, not one DRAM miss after another
+        # (a new key tests every filter: as many misses as there are
+        # filters, where these loads overlap them).
         cdef _FilterTable t
         cdef Py_ssize_t i
         cdef ds_bloom_probe q
@@ -1433,7 +1434,7 @@ cdef class Space:
         if self.live is not None:
             t = self._live_table()
             for i in range(t.n):
-                ds_bloom_probe_prefetch(&t.f[i], &q)
+                ds_bloom_probe_fetch(&t.f[i], &q)
         if PyDict_Size(self.blooms) != self._bl_size:
             self._index_blooms()
         t = self._bl
@@ -1445,7 +1446,7 @@ cdef class Space:
         if <Py_ssize_t>(top - t.base) + 1 < hi:
             hi = <Py_ssize_t>(top - t.base) + 1
         for i in range(lo, hi):
-            ds_bloom_probe_prefetch(&t.f[i], &q)  # none where nblocks is 0
+            ds_bloom_probe_fetch(&t.f[i], &q)  # none where nblocks is 0
         return 0
 
     cdef int prefetch_early(self, bytes key) except -1:
