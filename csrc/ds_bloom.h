@@ -251,9 +251,9 @@ static inline void ds_bloom_probe_init(ds_bloom_probe *q, uint64_t h)
  * the 2-vCPU KVM guests the store is measured on (AMD EPYC), the blocks a
  * claim had prefetched some microseconds before were still missing when it
  * tested them (perf: four fifths of the probing function's samples on the
- * block's first load, a fifth of a claim's), as a prefetch that misses the
- * TLB may be dropped; loads are not dropped, and the later tests' samples
- * went with them (docs/benchmarks.md). */
+ * block's first load, a fifth of a claim's; the same with the filters in
+ * huge pages, and the VM has no PMU to say why). With loads, the tests'
+ * samples went (docs/benchmarks.md, thirty-sixth session). */
 static inline void ds_bloom_probe_fetch(const ds_bloom *b, const ds_bloom_probe *q)
 {
     if (b->nblocks)

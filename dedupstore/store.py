@@ -168,7 +168,8 @@ MAX_THREAD_SLICE_S = 0.1
 #: the default generation length), and each "maybe" is an LMDB read the
 #: claim waits for: at 1% a filter, about one new key in eleven was read
 #: for nothing in the main job (0.125 reads an event, against 0.075 at
-#: 0.1%; docs/benchmarks.md, thirty-sixth session). 0.1% takes 15.6 bits a
+#: 0.1%, of which duplicates and conflicts need about 0.07;
+#: docs/benchmarks.md, thirty-sixth session). 0.1% takes 15.6 bits a
 #: key in memory, against 9.9 at 1% (``_native.bloom_sizing``).
 BLOOM_FP_RATE = 0.001
 _native.bloom_sizing(BLOOM_FP_RATE)  # its sizing search done now, not in a refresh
@@ -1404,8 +1405,9 @@ class DedupStore(_native.StoreCore):
             "evicted": evicted,
             "prefilter": {
                 "filters": sum(len(sp.blooms) for sp in ns.spaces),
-                # What the sealed filters take in memory (their bit arrays).
-                "bytes": sum(bf.nbytes for sp in ns.spaces for bf in sp.blooms.values()),
+                # What the sealed filters take in memory (their bit arrays;
+                # each dict copied at once, as the refresh thread adds to it).
+                "bytes": sum(bf.nbytes for sp in ns.spaces for bf in list(sp.blooms.values())),
                 "probes_skipped": sum(sp.bloom_skips for sp in ns.spaces),
                 "probes_confirmed": sum(sp.bloom_maybes for sp in ns.spaces),
                 # Generations read in LMDB: the confirmations, and every

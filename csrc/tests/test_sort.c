@@ -27,6 +27,17 @@ typedef struct item {
 
 static uint64_t rng_state;
 
+/* Zeroed memory, or the test program stops: nothing here is worth
+ * running on without it. */
+static void *must_alloc(size_t bytes) {
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (p == NULL) {
+        fprintf(stderr, "test_sort: no memory for %zu bytes\n", bytes);
+        exit(2);
+    }
+    return p;
+}
+
 static uint64_t next(void) {
     uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -50,14 +61,8 @@ static int item_order(const void *x, const void *y) {
  * stride`` with ds_sort_keys and checks the result against qsort's, key for
  * key, and that each item kept its tag and padding. */
 static void check_sorted(const char *what, const unsigned char *keys, size_t stride, const size_t *lens, size_t n) {
-    item *got = calloc(n ? n : 1, sizeof *got);
-    item *want = calloc(n ? n : 1, sizeof *want);
-    if (got == NULL || want == NULL) {
-        CHECK_AT(0, __FILE__, __LINE__, "%s: no memory", what);
-        free(got);
-        free(want);
-        return;
-    }
+    item *got = must_alloc(n * sizeof *got);
+    item *want = must_alloc(n * sizeof *want);
     for (size_t i = 0; i < n; i++) {
         got[i].key.data = keys + i * stride;
         got[i].key.len = lens[i];
@@ -77,9 +82,9 @@ static void check_sorted(const char *what, const unsigned char *keys, size_t str
             torn++;
     }
     /* Every tag once: a permutation, nothing lost or doubled. */
-    unsigned char *seen = calloc(n ? n : 1, 1);
+    unsigned char *seen = must_alloc(n);
     size_t doubled = 0;
-    for (size_t i = 0; seen != NULL && i < n; i++) {
+    for (size_t i = 0; i < n; i++) {
         if (got[i].tag < n && seen[got[i].tag]++)
             doubled++;
     }
@@ -98,14 +103,8 @@ static void check_sorted(const char *what, const unsigned char *keys, size_t str
  * keys that are prefixes of each other, and ties in every 8-byte window). */
 static void random_keys(const char *what, size_t n, size_t prefix, size_t max_len, const unsigned char *alphabet,
                         size_t letters) {
-    unsigned char *keys = malloc(n * STRIDE + 1);
-    size_t *lens = malloc((n + 1) * sizeof *lens);
-    if (keys == NULL || lens == NULL) {
-        CHECK_AT(0, __FILE__, __LINE__, "%s: no memory", what);
-        free(keys);
-        free(lens);
-        return;
-    }
+    unsigned char *keys = must_alloc(n * STRIDE);
+    size_t *lens = must_alloc(n * sizeof *lens);
     for (size_t i = 0; i < n; i++) {
         size_t len = prefix + (size_t)(next() % (max_len + 1));
         for (size_t b = 0; b < len; b++)
@@ -143,14 +142,8 @@ static void test_store_keys(void) {
     rng_state = 42;
     for (size_t s = 0; s < COUNT(sizes); s++) {
         size_t n = sizes[s];
-        unsigned char *keys = malloc(n * STRIDE);
-        size_t *lens = malloc(n * sizeof *lens);
-        if (keys == NULL || lens == NULL) {
-            CHECK_AT(0, __FILE__, __LINE__, "store keys: no memory");
-            free(keys);
-            free(lens);
-            return;
-        }
+        unsigned char *keys = must_alloc(n * STRIDE);
+        size_t *lens = must_alloc(n * sizeof *lens);
         for (size_t i = 0; i < n; i++) {
             unsigned char *k = keys + i * STRIDE;
             uint32_t gen = 0x0001e240u + (uint32_t)(next() % 2);
