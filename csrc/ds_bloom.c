@@ -9,6 +9,14 @@
 
 #define WORDS_PER_BLOCK (DS_BLOOM_BLOCK_BYTES / 8)
 
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH_R(p) __builtin_prefetch((p), 0, 3)
+#define PREFETCH_W(p) __builtin_prefetch((p), 1, 3)
+#else
+#define PREFETCH_R(p) ((void)(p))
+#define PREFETCH_W(p) ((void)(p))
+#endif
+
 /* How far ahead the bulk loops prefetch; enough to cover a DRAM miss at a few ns per key. */
 #define PREFETCH_AHEAD 8
 
@@ -56,14 +64,14 @@ void ds_bloom_add_many(ds_bloom *b, const uint64_t *h, size_t n)
     /* A ring of remixed hashes whose blocks have been prefetched. */
     for (i = 0; i < n && i < PREFETCH_AHEAD; i++) {
         ahead[i] = ds_bloom_remix(h[i]);
-        DS_BLOOM_PREFETCH_W(ds_bloom_block(b->bits, b->nblocks, ahead[i]));
+        PREFETCH_W(ds_bloom_block(b->bits, b->nblocks, ahead[i]));
     }
     for (i = 0; i < n; i++) {
         uint64_t x = ahead[i % PREFETCH_AHEAD];
         if (i + PREFETCH_AHEAD < n) {
             uint64_t y = ds_bloom_remix(h[i + PREFETCH_AHEAD]);
             ahead[i % PREFETCH_AHEAD] = y;
-            DS_BLOOM_PREFETCH_W(ds_bloom_block(b->bits, b->nblocks, y));
+            PREFETCH_W(ds_bloom_block(b->bits, b->nblocks, y));
         }
         add_x(ds_bloom_block(b->bits, b->nblocks, x), b->k, (uint32_t)x);
     }
@@ -76,7 +84,7 @@ size_t ds_bloom_maybe_many(const ds_bloom *b, const uint64_t *h, size_t n, uint8
     size_t i, hits = 0;
     for (i = 0; i < n && i < PREFETCH_AHEAD; i++) {
         ahead[i] = ds_bloom_remix(h[i]);
-        DS_BLOOM_PREFETCH_R(ds_bloom_block(b->bits, b->nblocks, ahead[i]));
+        PREFETCH_R(ds_bloom_block(b->bits, b->nblocks, ahead[i]));
     }
     for (i = 0; i < n; i++) {
         uint64_t x = ahead[i % PREFETCH_AHEAD];
@@ -84,7 +92,7 @@ size_t ds_bloom_maybe_many(const ds_bloom *b, const uint64_t *h, size_t n, uint8
         if (i + PREFETCH_AHEAD < n) {
             uint64_t y = ds_bloom_remix(h[i + PREFETCH_AHEAD]);
             ahead[i % PREFETCH_AHEAD] = y;
-            DS_BLOOM_PREFETCH_R(ds_bloom_block(b->bits, b->nblocks, y));
+            PREFETCH_R(ds_bloom_block(b->bits, b->nblocks, y));
         }
         m = maybe_x(ds_bloom_block(b->bits, b->nblocks, x), b->k, (uint32_t)x);
         if (out)

@@ -176,14 +176,6 @@ const char *ds_bloom_strerror(int code);
 /* ------------------------------------------------------------------------ */
 /* Hashing (see "Hashing" above), inline here for the probe below.           */
 
-#if defined(__GNUC__) || defined(__clang__)
-#define DS_BLOOM_PREFETCH_R(p) __builtin_prefetch((p), 0, 3)
-#define DS_BLOOM_PREFETCH_W(p) __builtin_prefetch((p), 1, 3)
-#else
-#define DS_BLOOM_PREFETCH_R(p) ((void)(p))
-#define DS_BLOOM_PREFETCH_W(p) ((void)(p))
-#endif
-
 /* fmix64: the remix every key hash goes through first. */
 static inline uint64_t ds_bloom_remix(uint64_t h)
 {
