@@ -14,12 +14,19 @@ whose idle CPU halts, its caches are then partly gone, see
 docs/benchmarks.md), on a store that has run a while: a namespace 13 hours old on the store's injected clock,
 whose twelve past hour-long generations (of the default 12 h horizon) hold
 ``--keys`` completed records each, sealed and filtered, as the main job's
-store does. Calls:
+store does (``--generations`` sets how many past generations). Calls:
 
     claim new       claim() of a new key, with the reference intent
     claim dup       claim() of a completed key of a past generation
     round(1)        claim_many(1) of a new key then complete_many(1)
     round(2)        the same with two keys (the main job's mean batch is 1.8)
+    python          no store call: a fixed piece of the interpreter's work
+                    over a few small objects of its own (dict stores, str
+                    formatting, json.dumps), about a round's cost warm. It
+                    touches nothing of the store's, so what an idle wait
+                    adds to it is the machine's doing (the CPU's state lost
+                    while it halted), not the store's memory: the last
+                    column, idle over warm, compares the two
 
 The figure is each call's wall time (time.perf_counter around the call
 alone, not the buffer's touching), the median and the mean over ``--calls``
@@ -27,7 +34,7 @@ calls, in flush mode (write-behind applied every 50 ms; a call may apply,
 which the mean shows and the median does not). It never asserts a timing.
 
     cd /tmp && /work/main/.venv/bin/python /work/main/benches/bench_cold.py \
-        [--keys 20000] [--calls 1000] [--evict-mib 64] [--idle-us 90] [--quick] [--json]
+        [--keys 20000] [--generations 12] [--calls 1000] [--evict-mib 64] [--idle-us 90] [--quick] [--json]
 """
 
 from __future__ import annotations
@@ -50,14 +57,15 @@ HOUR = 3600.0
 INTENT = {"amount": 1234, "currency": "EUR"}  # the reference stream's shape (dedupstore.loadgen)
 
 
-def aged_store(path: Path, keys: int) -> tuple[DedupStore, list[float]]:
-    """A flush-mode store whose namespace is 13 hours old: 13 hour-long
-    generations of ``keys`` completed records each, then the prefilter
-    refreshed (the twelve that ended are sealed and filtered)."""
-    clock = [time.time() - 13 * HOUR]
+def aged_store(path: Path, keys: int, generations: int = 12) -> tuple[DedupStore, list[float]]:
+    """A flush-mode store whose namespace is ``generations + 1`` hours old:
+    that many hour-long generations of ``keys`` completed records each, then
+    the prefilter refreshed (the ``generations`` that ended are sealed and
+    filtered; 12, the default horizon's, by default)."""
+    clock = [time.time() - (generations + 1) * HOUR]
     store = DedupStore.open(path, durability="flush", eviction_rate=0, clock=lambda: clock[0])
     store.ensure_namespace(NS)
-    for g in range(13):
+    for g in range(generations + 1):
         for j in range(0, keys, 1000):
             batch = [f"old{g}.{i}" for i in range(j, min(keys, j + 1000))]
             got = store.claim_many(NS, batch, [INTENT] * len(batch))
@@ -67,7 +75,22 @@ def aged_store(path: Path, keys: int) -> tuple[DedupStore, list[float]]:
     return store, clock
 
 
-def measure(keys: int, calls: int, evict_mib: int, directory: str, idle_us: float = 90.0) -> dict[str, Any]:
+#: The ``python`` case's objects: its own, made once.
+_REF_ITEMS = {"amount": 1234, "currency": "EUR", "tags": ["a", "b"]}
+
+
+def python_work() -> None:
+    """The ``python`` case: interpreter work over small objects of its own,
+    about what a round of one key costs back to back on the machines of
+    docs/benchmarks.md, and nothing of the store's."""
+    out: dict[str, str] = {}
+    for i in range(12):
+        out[f"k{i}"] = "%s-%d" % ("order", i)
+    json.dumps(_REF_ITEMS, sort_keys=True)
+
+
+def measure(keys: int, calls: int, evict_mib: int, directory: str, idle_us: float = 90.0,
+            generations: int = 12) -> dict[str, Any]:
     junk = bytearray(max(1, evict_mib) << 20)
     zeros = bytes(len(range(0, len(junk), 64)))
 
@@ -76,7 +99,7 @@ def measure(keys: int, calls: int, evict_mib: int, directory: str, idle_us: floa
 
     rows: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-cold-", dir=directory) as tmp:
-        store, _ = aged_store(Path(tmp) / "s", keys)
+        store, _ = aged_store(Path(tmp) / "s", keys, generations)
         try:
             seq = iter(range(10**9))
 
@@ -84,7 +107,9 @@ def measure(keys: int, calls: int, evict_mib: int, directory: str, idle_us: floa
                 if store.claim(NS, f"new{next(seq)}", INTENT).status is not Status.NEW:
                     raise SystemExit("a claim of a new key was not NEW: not measuring that")
 
-            olds = iter(f"old{1 + i % 11}.{i % keys}" for i in range(10**9))
+            # Past generations 1.. (0 only if it is the one).
+            first, span = (1, generations - 1) if generations > 1 else (0, 1)
+            olds = iter(f"old{first + i % span}.{i % keys}" for i in range(10**9))
 
             def claim_dup() -> None:
                 if store.claim(NS, next(olds), INTENT).status is not Status.DUPLICATE:
@@ -99,7 +124,10 @@ def measure(keys: int, calls: int, evict_mib: int, directory: str, idle_us: floa
 
             cases: dict[str, Callable[[], None]] = {
                 "claim new": claim_new, "claim dup": claim_dup, "round(1)": round_of(1), "round(2)": round_of(2),
+                "python": python_work,
             }
+            if generations == 0:
+                del cases["claim dup"]  # no past generation to repeat a key of
             for name, call in cases.items():
                 for _ in range(max(10, calls // 10)):  # warm-up
                     call()
@@ -130,6 +158,8 @@ def measure(keys: int, calls: int, evict_mib: int, directory: str, idle_us: floa
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--keys", type=int, default=20_000, help="completed records per past generation (default 20,000)")
+    ap.add_argument("--generations", type=int, default=12,
+                    help="past generations, sealed and filtered (default 12: the default 12 h horizon's)")
     ap.add_argument("--calls", type=int, default=1000, help="calls timed per case and condition (default 1,000)")
     ap.add_argument("--evict-mib", type=int, default=64,
                     help="MiB of buffer touched before each cold call; more than the last-level cache (default 64)")
@@ -143,11 +173,13 @@ def main(argv: list[str] | None = None) -> int:
         args.keys, args.calls, args.evict_mib = 200, 20, 4
     if args.keys < 1 or args.calls < 1 or args.evict_mib < 1:
         ap.error(f"--keys, --calls and --evict-mib must be at least 1; got {args.keys}, {args.calls}, {args.evict_mib}")
+    if not 0 <= args.generations <= 48:
+        ap.error(f"--generations must be 0..48; got {args.generations}")
     if not 0.0 <= args.idle_us <= 1e6:
         ap.error(f"--idle-us must be 0..1,000,000; got {args.idle_us}")
-    res = measure(args.keys, args.calls, args.evict_mib, args.dir, args.idle_us)
-    out = {"version": dedupstore.__version__, "keys": args.keys, "calls": args.calls, "evict_mib": args.evict_mib,
-           "idle_us": args.idle_us, **res}
+    res = measure(args.keys, args.calls, args.evict_mib, args.dir, args.idle_us, args.generations)
+    out = {"version": dedupstore.__version__, "keys": args.keys, "generations": args.generations,
+           "calls": args.calls, "evict_mib": args.evict_mib, "idle_us": args.idle_us, **res}
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
@@ -155,10 +187,11 @@ def main(argv: list[str] | None = None) -> int:
           f"touching {args.evict_mib} MiB) and idle (after sleeping {args.idle_us:g} us), flush mode, "
           f"{res['bloom_filters']} sealed filters (all partitions) of {args.keys:,} keys; {args.calls:,} calls each")
     print(f"{'call':10s} {'warm p50':>10s} {'warm mean':>10s} {'cold p50':>10s} {'cold mean':>10s} "
-          f"{'idle p50':>10s} {'idle mean':>10s}")
+          f"{'idle p50':>10s} {'idle mean':>10s} {'idle/warm':>10s}")
     for name, r in res["rows"].items():
         print(f"{name:10s} {r['warm_median_us']:7.2f} us {r['warm_mean_us']:7.2f} us {r['cold_median_us']:7.2f} us "
-              f"{r['cold_mean_us']:7.2f} us {r['idle_median_us']:7.2f} us {r['idle_mean_us']:7.2f} us")
+              f"{r['cold_mean_us']:7.2f} us {r['idle_median_us']:7.2f} us {r['idle_mean_us']:7.2f} us "
+              f"{r['idle_median_us'] / r['warm_median_us']:9.2f}x")
     return 0
 
 
