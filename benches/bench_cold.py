@@ -85,7 +85,7 @@ def python_work() -> None:
     docs/benchmarks.md, and nothing of the store's."""
     out: dict[str, str] = {}
     for i in range(12):
-        out[f"k{i}"] = "%s-%d" % ("order", i)
+        out[f"k{i}"] = f"order-{i:06d}:v{i % 4}"
     json.dumps(_REF_ITEMS, sort_keys=True)
 
 
