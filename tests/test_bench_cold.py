@@ -20,6 +20,8 @@ def test_a_quick_run_times_every_call_in_every_condition(tmp_path: Path, capsys:
     assert bench.main(["--quick", "--idle-us", "10", "--dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "idle p50" in out and "idle/warm" in out
+    with pytest.raises(SystemExit):
+        bench.main(["--idle-us", "-1"])
 
 
 def test_fewer_generations_mean_fewer_filters_and_none_leaves_out_the_repeat(tmp_path: Path) -> None:
@@ -30,5 +32,3 @@ def test_fewer_generations_mean_fewer_filters_and_none_leaves_out_the_repeat(tmp
     assert none["bloom_filters"] == 0 and "claim dup" not in none["rows"]
     with pytest.raises(SystemExit):
         bench.main(["--generations", "49"])
-    with pytest.raises(SystemExit):
-        bench.main(["--idle-us", "-1"])
