@@ -22,7 +22,7 @@ store does (``--generations`` sets how many past generations). Calls:
     round(2)        the same with two keys (the main job's mean batch is 1.8)
     python          no store call: a fixed piece of the interpreter's work
                     over a few small objects of its own (dict stores, str
-                    formatting, json.dumps), about a round's cost warm. It
+                    formatting, json.dumps), a few microseconds warm. It
                     touches nothing of the store's, so what an idle wait
                     adds to it is the machine's doing (the CPU's state lost
                     while it halted), not the store's memory: the last
@@ -81,8 +81,9 @@ _REF_ITEMS = {"amount": 1234, "currency": "EUR", "tags": ["a", "b"]}
 
 def python_work() -> None:
     """The ``python`` case: interpreter work over small objects of its own,
-    about what a round of one key costs back to back on the machines of
-    docs/benchmarks.md, and nothing of the store's."""
+    a few microseconds back to back (6.3-6.9 against a round of one key's
+    3.1-4.4 on the machine of docs/benchmarks.md's thirty-seventh session),
+    and nothing of the store's."""
     out: dict[str, str] = {}
     for i in range(12):
         out[f"k{i}"] = f"order-{i:06d}:v{i % 4}"

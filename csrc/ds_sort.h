@@ -6,8 +6,10 @@
  * qsort with a memcmp callback made about n log n calls, each of which read
  * two keys that sit in Python bytes objects all over the heap, and compared
  * their common prefix (namespace, generation, and the business keys' own
- * prefix, "order-" in the reference stream) again every time: 22% of an
- * apply's instructions under callgrind (docs/benchmarks.md). Here each key is read a few times in all. Each
+ * prefix, "order-" in the reference stream) again every time: 633 of the
+ * 3,686-3,805 instructions a key of applies of 600 keys under callgrind
+ * (docs/benchmarks.md, thirty-sixth session). Here each key is read a few
+ * times in all. Each
  * level orders 16-byte slots: the next 8 bytes of the key past what all the
  * keys in its range have in common, big-endian so that comparing integers
  * compares bytes, and how many of those bytes the key has; the keys that
